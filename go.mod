@@ -1,0 +1,13 @@
+module github.com/hybridlimit/hybridlimit
+
+go 1.26.0
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0
+	golang.org/x/time v0.16.0
+)
+
+require (
+	github.com/stretchr/testify v1.12.1
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)

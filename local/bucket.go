@@ -1,0 +1,432 @@
+package local
+
+import (
+	"math"
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// params is a bucket's immutable configuration. All buckets of a Limiter
+// share one until SetLimit gives a key its own.
+type params struct {
+	alg    Algorithm
+	limit  int64  // requests per window
+	burst  int64  // TokenBucket: capacity; window algorithms: limit
+	window int64  // nanoseconds
+	t      int64  // TokenBucket: nanoseconds per token
+	tau    int64  // TokenBucket: burst * t, the most a bucket may run ahead
+	recipT uint64 // TokenBucket: ceil(2^64 / t), for tokens
+}
+
+func newParams(alg Algorithm, limit int64, window time.Duration, burst int64) *params {
+	p := &params{alg: alg, limit: limit, burst: limit, window: int64(window)}
+	if alg == TokenBucket {
+		p.burst = burst
+		p.t = emission(limit, window)
+		p.tau = burst * p.t
+		p.recipT = math.MaxUint64/uint64(p.t) + 1 // wraps to 0 for t == 1, which tokens handles
+	}
+	return p
+}
+
+// bucket is one key's state. Its fields are used as the algorithm needs:
+//
+//   - TokenBucket: s0 is GCRA's theoretical arrival time (TAT) in
+//     nanoseconds since the Limiter's epoch.
+//   - FixedWindow: s0 packs the window number and its count.
+//   - SlidingWindow: s0 and s1 each pack a window number and its count; the
+//     window's parity picks the slot.
+//   - SlidingLog: log.
+//
+// A bucket is retired (its words set to a sentinel) when its key is removed
+// or resized; a decision that finds it retired reloads the entry's bucket.
+// Retiring by atomic swap captures the last state exactly, so no decision
+// is lost across a resize.
+type bucket struct {
+	p   *params
+	s0  atomic.Int64
+	s1  atomic.Int64
+	log *slidingLog
+}
+
+const (
+	retiredTAT = -1 << 63 // TokenBucket sentinel
+	retiredWin = -1       // window sentinel: count 0xffffffff exceeds any limit
+)
+
+func newBucket(p *params) *bucket {
+	b := new(bucket)
+	b.init(p)
+	return b
+}
+
+func (b *bucket) init(p *params) {
+	b.p = p
+	if p.alg == SlidingLog {
+		b.log = &slidingLog{}
+	}
+}
+
+// take decides a request of cost n >= 0 at now (nanoseconds since the
+// epoch). ok is false if the bucket was retired; the caller must reload.
+func (b *bucket) take(now, n int64) (r Result, ok bool) {
+	switch b.p.alg {
+	case TokenBucket:
+		return b.takeGCRA(now, n)
+	case FixedWindow:
+		return b.takeFixed(now, n)
+	case SlidingWindow:
+		return b.takeSliding(now, n)
+	default:
+		return b.log.take(b.p, now, n)
+	}
+}
+
+// takeGCRA is the generic cell rate algorithm: a request of cost n conforms
+// if, after pushing the TAT n emission intervals past max(TAT, now), the
+// bucket runs no more than tau ahead of now.
+func (b *bucket) takeGCRA(now, n int64) (Result, bool) {
+	tat, allowed, ok := b.gcra(now, n)
+	return b.p.gcraResult(tat, now, n, allowed), ok
+}
+
+// gcra decides and returns the TAT after the decision (the one it found,
+// if refused). It returns raw words rather than a Result so that the hot
+// path builds the Result once, in registers, instead of copying it up
+// through every call.
+func (b *bucket) gcra(now, n int64) (tat int64, allowed, ok bool) {
+	p := b.p
+	for {
+		tat := b.s0.Load()
+		if tat == retiredTAT {
+			return 0, false, false
+		}
+		next := max(tat, now) + n*p.t
+		if n > p.burst || next-now > p.tau {
+			return tat, false, true
+		}
+		if n == 0 || b.s0.CompareAndSwap(tat, next) {
+			return next, true, true
+		}
+	}
+}
+
+// gcraResult describes a decision for a request of cost n that left the
+// bucket at tat.
+func (p *params) gcraResult(tat, now, n int64, allowed bool) Result {
+	// One composite literal, so the compiler keeps the Result in registers.
+	remaining, reset := p.gcraLeft(tat, now)
+	var retry time.Duration
+	switch {
+	case allowed:
+	case n > p.burst:
+		retry = Never
+	default:
+		retry = time.Duration(max(tat, now) + n*p.t - p.tau - now)
+	}
+	return Result{Limit: p.burst, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
+}
+
+// gcraLeft returns the whole tokens left and the time to full for a TAT.
+func (p *params) gcraLeft(tat, now int64) (int64, time.Duration) {
+	ahead := tat - now
+	if ahead <= 0 {
+		return p.burst, 0
+	}
+	return p.tokens(p.tau - ahead), time.Duration(ahead)
+}
+
+// tokens returns floor(d/t), the whole tokens in d nanoseconds, for
+// 0 <= d <= tau. It multiplies by a precomputed reciprocal, ceil(2^64/t),
+// and corrects the one-off rounding, because an integer division would be
+// the slowest instruction on the hot path.
+func (p *params) tokens(d int64) int64 {
+	if d <= 0 || p.t == 1 {
+		return max(d, 0)
+	}
+	q, _ := bits.Mul64(uint64(d), p.recipT)
+	if int64(q)*p.t > d {
+		q--
+	}
+	return int64(q)
+}
+
+// Window words pack a window number (mod 2^32) in the high half and that
+// window's count in the low half.
+func packWin(w int64, count int64) int64 { return int64(uint64(uint32(w))<<32 | uint64(count)) }
+
+func unpackWin(st int64) (w uint32, count int64) {
+	return uint32(uint64(st) >> 32), int64(uint32(st))
+}
+
+// floorDiv divides rounding towards minus infinity, so instants before the
+// epoch fall in negative windows rather than in window 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+// effectiveWindow returns the window to decide in: the one now falls in,
+// or a later one a word already records if the clock went backwards, so
+// going back in time never reopens a window.
+func effectiveWindow(w int64, words ...int64) int64 {
+	ew := w
+	for _, st := range words {
+		sw, _ := unpackWin(st)
+		if d := int32(uint32(w) - sw); d < 0 {
+			ew = max(ew, w-int64(d))
+		}
+	}
+	return ew
+}
+
+// countIn returns the count a word holds for window w, zero if it holds an
+// older window.
+func countIn(st int64, w int64) int64 {
+	sw, c := unpackWin(st)
+	if sw != uint32(w) {
+		return 0
+	}
+	return c
+}
+
+func (b *bucket) takeFixed(now, n int64) (Result, bool) {
+	p := b.p
+	r := Result{Limit: p.limit}
+	w := floorDiv(now, p.window)
+	for {
+		st := b.s0.Load()
+		if st == retiredWin {
+			return r, false
+		}
+		ew := effectiveWindow(w, st)
+		count := countIn(st, ew)
+		end := (ew+1)*p.window - now
+		if n > p.limit || count+n > p.limit {
+			r.Remaining = p.limit - count
+			r.ResetAfter = time.Duration(end)
+			if n > p.limit {
+				r.RetryAfter = Never
+			} else {
+				r.RetryAfter = time.Duration(end)
+			}
+			return r, true
+		}
+		if n == 0 || b.s0.CompareAndSwap(st, packWin(ew, count+n)) {
+			r.Remaining = p.limit - count - n
+			if count+n > 0 {
+				r.ResetAfter = time.Duration(end)
+			}
+			return r, true
+		}
+	}
+}
+
+// mulDivCeil returns ceil(a*b/c) for a*b < c*2^64, without overflow.
+func mulDivCeil(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	q, rem := bits.Div64(hi, lo, c)
+	if rem != 0 {
+		q++
+	}
+	return q
+}
+
+// maxAhead bounds how far a resized token bucket may run ahead of now.
+const maxAhead = 1 << 61
+
+// mulDivCeilSat returns ceil(a*b/c) for non-negative a, b and positive c,
+// or maxAhead if that does not fit.
+func mulDivCeilSat(a, b, c int64) int64 {
+	hi, _ := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return maxAhead
+	}
+	return int64(min(mulDivCeil(uint64(a), uint64(b), uint64(c)), maxAhead))
+}
+
+// mulDivFloor returns floor(a*b/c) for a*b < c*2^64.
+func mulDivFloor(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	q, _ := bits.Div64(hi, lo, c)
+	return q
+}
+
+// slidingEstimate is the sliding window counter's estimate: the previous
+// window's count weighted by the part of it the sliding window still
+// covers (rounded up, so the estimate never flatters), plus the current
+// count.
+func slidingEstimate(prev, cur, window, elapsed int64) int64 {
+	if prev == 0 {
+		return cur
+	}
+	return int64(mulDivCeil(uint64(prev), uint64(window-elapsed), uint64(window))) + cur
+}
+
+func (b *bucket) takeSliding(now, n int64) (Result, bool) {
+	p := b.p
+	r := Result{Limit: p.limit}
+	w := floorDiv(now, p.window)
+	for {
+		a, c := b.s0.Load(), b.s1.Load()
+		if a == retiredWin || c == retiredWin {
+			return r, false
+		}
+		ew := effectiveWindow(w, a, c)
+		slot, curWord, prevWord := &b.s0, a, c
+		if ew&1 != 0 {
+			slot, curWord, prevWord = &b.s1, c, a
+		}
+		cur, prev := countIn(curWord, ew), countIn(prevWord, ew-1)
+		start := ew * p.window
+		elapsed := min(max(now-start, 0), p.window)
+		est := slidingEstimate(prev, cur, p.window, elapsed)
+		if n > p.limit || est+n > p.limit {
+			r.Remaining = max(0, p.limit-est)
+			r.ResetAfter = slidingReset(p, start, now, prev, cur)
+			if n > p.limit {
+				r.RetryAfter = Never
+			} else {
+				r.RetryAfter = slidingRetry(p, start, now, prev, cur, n)
+			}
+			return r, true
+		}
+		if n == 0 || slot.CompareAndSwap(curWord, packWin(ew, cur+n)) {
+			r.Remaining = p.limit - est - n
+			r.ResetAfter = slidingReset(p, start, now, prev, cur+n)
+			return r, true
+		}
+	}
+}
+
+// slidingReset is the time until both windows' counts stop weighing.
+func slidingReset(p *params, start, now, prev, cur int64) time.Duration {
+	switch {
+	case cur > 0:
+		return time.Duration(start + 2*p.window - now)
+	case prev > 0:
+		return time.Duration(start + p.window - now)
+	}
+	return 0
+}
+
+// slidingRetry is the time until a refused request of cost n <= limit would
+// be admitted: when the previous window's weight has decayed enough, or,
+// if the current window alone leaves no room, that far into the next one.
+func slidingRetry(p *params, start, now, prev, cur, n int64) time.Duration {
+	if room := p.limit - cur - n; room >= 0 {
+		// Need ceil(prev*(W-e)/W) <= room, that is W-e <= floor(room*W/prev).
+		e := p.window - int64(mulDivFloor(uint64(room), uint64(p.window), uint64(prev)))
+		return time.Duration(max(start+e-now, 1))
+	}
+	next := start + p.window
+	room := p.limit - n
+	if cur <= room {
+		return time.Duration(max(next-now, 1))
+	}
+	e := p.window - int64(mulDivFloor(uint64(room), uint64(p.window), uint64(cur)))
+	return time.Duration(max(next+e-now, 1))
+}
+
+// idle reports whether the bucket holds nothing a fresh bucket would not:
+// a full token bucket, or windows that no longer weigh.
+func (b *bucket) idle(now int64) bool {
+	p := b.p
+	switch p.alg {
+	case TokenBucket:
+		tat := b.s0.Load()
+		return tat != retiredTAT && tat <= now
+	case FixedWindow:
+		st := b.s0.Load()
+		w := floorDiv(now, p.window)
+		return st != retiredWin && countIn(st, effectiveWindow(w, st)) == 0
+	case SlidingWindow:
+		a, c := b.s0.Load(), b.s1.Load()
+		if a == retiredWin || c == retiredWin {
+			return false
+		}
+		ew := effectiveWindow(floorDiv(now, p.window), a, c)
+		return countIn(a, ew)+countIn(c, ew)+countIn(a, ew-1)+countIn(c, ew-1) == 0
+	default:
+		return b.log.idle(p, now)
+	}
+}
+
+// retireIfIdle retires the bucket if it is idle, and reports whether it
+// did. A concurrent decision either lands before (and the bucket is no
+// longer idle) or finds it retired.
+func (b *bucket) retireIfIdle(now int64) bool {
+	p := b.p
+	switch p.alg {
+	case TokenBucket:
+		tat := b.s0.Load()
+		return tat != retiredTAT && tat <= now && b.s0.CompareAndSwap(tat, retiredTAT)
+	case FixedWindow:
+		st := b.s0.Load()
+		w := floorDiv(now, p.window)
+		return st != retiredWin && countIn(st, effectiveWindow(w, st)) == 0 &&
+			b.s0.CompareAndSwap(st, retiredWin)
+	case SlidingWindow:
+		a, c := b.s0.Load(), b.s1.Load()
+		if a == retiredWin || c == retiredWin || !b.idle(now) {
+			return false
+		}
+		if !b.s0.CompareAndSwap(a, retiredWin) {
+			return false
+		}
+		if !b.s1.CompareAndSwap(c, retiredWin) {
+			b.s0.Store(a) // a decision landed in s1: not idle after all
+			return false
+		}
+		return true
+	default:
+		return b.log.retireIfIdle(p, now)
+	}
+}
+
+// retire retires the bucket whatever its state and returns the words it
+// held (for a log, its entries and the latest time it saw). Callers hold the shard lock, so no two retire one bucket.
+func (b *bucket) retire() (s0, s1 int64, log []int64, latest int64) {
+	switch b.p.alg {
+	case TokenBucket:
+		return b.s0.Swap(retiredTAT), 0, nil, 0
+	case FixedWindow:
+		return b.s0.Swap(retiredWin), 0, nil, 0
+	case SlidingWindow:
+		return b.s0.Swap(retiredWin), b.s1.Swap(retiredWin), nil, 0
+	default:
+		log, latest := b.log.retire()
+		return 0, 0, log, latest
+	}
+}
+
+// resized retires b and returns a bucket with parameters q that carries
+// b's consumption over: the tokens a token bucket had spent stay spent,
+// the window counts and log entries stay counted.
+func (b *bucket) resized(q *params, now int64) *bucket {
+	s0, s1, log, latest := b.retire()
+	nb := newBucket(q)
+	switch q.alg {
+	case TokenBucket:
+		tat := now
+		if ahead := s0 - now; ahead > 0 {
+			// ahead/t tokens are spent; they cost q.t each from now on.
+			// Capped so that an absurd shrink cannot overflow; the cap is
+			// still four times any bucket's span, so nothing is forgiven.
+			tat = now + min(mulDivCeilSat(ahead, q.t, b.p.t), maxAhead)
+		}
+		nb.s0.Store(tat)
+	case FixedWindow:
+		nb.s0.Store(s0)
+	case SlidingWindow:
+		nb.s0.Store(s0)
+		nb.s1.Store(s1)
+	default:
+		nb.log.restore(log, latest)
+	}
+	return nb
+}
