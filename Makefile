@@ -1,0 +1,53 @@
+# The commands a newcomer needs: `make test` runs every check CI runs.
+# Redis-backed tests start their own redis-server processes on free loopback
+# ports; this Makefile only makes sure the binary exists.
+
+GO                  ?= go
+STATICCHECK_VERSION := v0.8.2
+TEST_TIMEOUT        ?= 12m
+
+.PHONY: test fmt vet staticcheck redis-server bench fuzz demo
+
+test: fmt vet staticcheck redis-server
+	$(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) ./...
+
+# gofmt -l lists files that need formatting; any output fails the build.
+fmt:
+	@out="$$(gofmt -l .)"; \
+	if [ -n "$$out" ]; then echo "gofmt: these files need 'gofmt -w':"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+staticcheck:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# Use redis-server from $$HYBRIDLIMIT_REDIS_SERVER or PATH; as root on
+# Debian, install the redis-server package; otherwise say how.
+redis-server:
+	@if [ -n "$$HYBRIDLIMIT_REDIS_SERVER" ] && [ -x "$$HYBRIDLIMIT_REDIS_SERVER" ]; then \
+		echo "redis-server: $$HYBRIDLIMIT_REDIS_SERVER"; \
+	elif command -v redis-server >/dev/null 2>&1; then \
+		echo "redis-server: $$(command -v redis-server)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "redis-server not found: installing Debian's redis-server package"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null \
+			|| { echo "apt-get install redis-server failed"; exit 1; }; \
+		echo "redis-server: $$(command -v redis-server)"; \
+	else \
+		echo "redis-server not found. Install it (Debian/Ubuntu: sudo apt-get install redis-server)"; \
+		echo "or point HYBRIDLIMIT_REDIS_SERVER at a redis-server binary, then run make test again."; \
+		exit 1; \
+	fi
+
+# Benchmarks with the baselines they are judged against, run together.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# A minute of fuzzing per target.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzBuckets -fuzztime 60s ./local/
+	$(GO) test -run '^$$' -fuzz FuzzHashKey -fuzztime 20s ./local/
+
+demo:
+	$(GO) run ./cmd/demo
