@@ -1,0 +1,15 @@
+package global_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+// TestMain fails the package if a goroutine outlives the tests: a Redis
+// Syncer starts none, and every client the tests open must be closed.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, redistest.LeakOptions()...)
+}

@@ -1,0 +1,417 @@
+package global
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults for the zero fields of a RedisConfig.
+const (
+	DefaultPrefix    = "hl:"
+	DefaultTimeout   = 500 * time.Millisecond
+	DefaultMaxKeyLen = 256
+)
+
+// RedisConfig describes a Redis Syncer.
+type RedisConfig struct {
+	// Client is the connection to Redis: a *redis.Client, a
+	// *redis.ClusterClient, a Sentinel-backed failover client or a ring,
+	// as the user built it. Required.
+	//
+	// Its socket timeouts must not outlast Timeout, or a black-holed Redis
+	// could hold a call longer than promised: set the client's
+	// ContextTimeoutEnabled, or ReadTimeout and WriteTimeout no longer than
+	// Timeout. NewRedis checks.
+	Client redis.UniversalClient
+
+	// Prefix starts every Redis key this package writes. Default
+	// DefaultPrefix. It may not contain '{' or '}', which would break the
+	// Cluster hash tags.
+	Prefix string
+
+	// Timeout bounds every call to Redis. Default DefaultTimeout.
+	Timeout time.Duration
+
+	// MaxKeyLen is the longest user key accepted, in bytes. Default
+	// DefaultMaxKeyLen.
+	MaxKeyLen int
+}
+
+// Redis is a Syncer backed by Redis, and the strict per-request limiter.
+// One Sync is one pipelined round trip per Redis node, however many keys
+// it carries.
+//
+// A Redis is safe for concurrent use.
+type Redis struct {
+	cfg RedisConfig
+}
+
+var _ Syncer = (*Redis)(nil)
+
+// NewRedis checks cfg, loads the scripts on every shard, and returns a
+// Redis Syncer. It fails if Redis cannot be reached within cfg.Timeout.
+func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("global: RedisConfig.Client is nil; pass a go-redis client")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("global: RedisConfig.Prefix %q contains '{' or '}', which would break Redis Cluster hash tags", cfg.Prefix)
+	}
+	switch {
+	case cfg.Timeout == 0:
+		cfg.Timeout = DefaultTimeout
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("global: RedisConfig.Timeout is %v; it must be positive", cfg.Timeout)
+	}
+	switch {
+	case cfg.MaxKeyLen == 0:
+		cfg.MaxKeyLen = DefaultMaxKeyLen
+	case cfg.MaxKeyLen < 0:
+		return nil, fmt.Errorf("global: RedisConfig.MaxKeyLen is %d; it must be positive", cfg.MaxKeyLen)
+	}
+	if err := checkClientTimeouts(cfg.Client, cfg.Timeout); err != nil {
+		return nil, err
+	}
+	r := &Redis{cfg: cfg}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	if err := r.loadScripts(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// checkClientTimeouts refuses a client whose socket timeouts would let a
+// call outlive timeout: without ContextTimeoutEnabled, go-redis ignores
+// the context's deadline on the socket and waits ReadTimeout (3s by
+// default) on a Redis that stopped answering.
+func checkClientTimeouts(c redis.UniversalClient, timeout time.Duration) error {
+	var ctxOK bool
+	var read, write time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		o := c.Options()
+		ctxOK, read, write = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	case *redis.ClusterClient:
+		o := c.Options()
+		ctxOK, read, write = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	default:
+		return nil // a Ring or a wrapper: the caller's responsibility
+	}
+	if ctxOK {
+		return nil
+	}
+	// go-redis treats 0 as its 3s default and -1 as no timeout.
+	if read <= 0 || read > timeout || write <= 0 || write > timeout {
+		return fmt.Errorf("global: the Redis client may block longer than RedisConfig.Timeout (%v): set its Options.ContextTimeoutEnabled, or ReadTimeout and WriteTimeout to at most %v", timeout, timeout)
+	}
+	return nil
+}
+
+var scripts = []*redis.Script{leaseTokenBucket, leaseSlidingWindow, strictGCRA, strictSlidingWindow}
+
+// loadScripts loads every script on every shard, so a pipeline of EVALSHA
+// finds them.
+func (r *Redis) loadScripts(ctx context.Context) error {
+	load := func(ctx context.Context, c *redis.Client) error {
+		for _, s := range scripts {
+			if err := s.Load(ctx, c).Err(); err != nil {
+				return classify(err)
+			}
+		}
+		return nil
+	}
+	switch c := r.cfg.Client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachShard(ctx, load)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, load)
+	case *redis.Client:
+		return load(ctx, c)
+	default:
+		for _, s := range scripts {
+			if err := s.Load(ctx, r.cfg.Client).Err(); err != nil {
+				return classify(err)
+			}
+		}
+		return nil
+	}
+}
+
+// redisKey builds the Redis key for a user key: the prefix, the key as a
+// hash tag so every key of one limit shares a slot, and a suffix. Braces
+// and the escape character are percent-encoded, so any bytes are safe and
+// the tag cannot end early.
+func (r *Redis) redisKey(key, suffix string) (string, error) {
+	if len(key) > r.cfg.MaxKeyLen {
+		return "", fmt.Errorf("%w: key of %d bytes is longer than RedisConfig.MaxKeyLen %d", ErrInvalid, len(key), r.cfg.MaxKeyLen)
+	}
+	var b strings.Builder
+	b.Grow(len(r.cfg.Prefix) + len(key) + len(suffix) + 3)
+	b.WriteString(r.cfg.Prefix)
+	b.WriteByte('{')
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '{', '}', '%':
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteString("}:")
+	b.WriteString(suffix)
+	return b.String(), nil
+}
+
+// Sync reports req's usage and leases each key's next tokens, in one
+// pipelined round trip per Redis node.
+func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
+	if req.Node == "" {
+		return nil, fmt.Errorf("%w: Request.Node is empty", ErrInvalid)
+	}
+	if req.Interval <= 0 {
+		return nil, fmt.Errorf("%w: Request.Interval is %v; it must be positive", ErrInvalid, req.Interval)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+
+	resp := &Response{Grants: make([]Grant, len(req.Keys))}
+	calls := make([]scriptCall, 0, len(req.Keys))
+	idx := make([]int, 0, len(req.Keys))
+	interval := micros(req.Interval)
+	for i, u := range req.Keys {
+		call, err := r.leaseCall(req.Node, interval, u)
+		if err != nil {
+			resp.Grants[i].Err = err
+			continue
+		}
+		calls = append(calls, call)
+		idx = append(idx, i)
+	}
+	results, err := r.run(ctx, calls)
+	if err != nil {
+		return nil, err
+	}
+	for j, res := range results {
+		g := &resp.Grants[idx[j]]
+		if res.err != nil {
+			g.Err = res.err
+			continue
+		}
+		v := res.vals
+		*g = Grant{
+			Lease:      v[0],
+			TTL:        time.Duration(v[1]) * time.Microsecond,
+			Used:       v[2],
+			Remaining:  v[3],
+			Nodes:      int(v[4]),
+			Weight:     float64(v[5]) / 1e6,
+			ResetAfter: time.Duration(v[6]) * time.Microsecond,
+		}
+	}
+	return resp, nil
+}
+
+func (r *Redis) leaseCall(node string, interval int64, u Usage) (scriptCall, error) {
+	if err := u.Limit.Validate(); err != nil {
+		return scriptCall{}, fmt.Errorf("%w: key %q: %v", ErrInvalid, u.Key, err)
+	}
+	if u.Consumed < 0 || u.Demand < 0 {
+		return scriptCall{}, fmt.Errorf("%w: key %q: Consumed and Demand must not be negative", ErrInvalid, u.Key)
+	}
+	key, err := r.redisKey(u.Key, "lease")
+	if err != nil {
+		return scriptCall{}, err
+	}
+	window := micros(u.Limit.Window)
+	script := leaseTokenBucket
+	if u.Limit.Algorithm == SlidingWindow {
+		script = leaseSlidingWindow
+	}
+	// A node is active while it syncs at least every three intervals; the
+	// state outlives a full refill and a few intervals.
+	stale := 3 * interval
+	ttl := (2*window+10*interval)/1000 + 1
+	return scriptCall{
+		script: script,
+		key:    key,
+		args: []any{node, u.Limit.Limit, window, u.Limit.burst(), u.Consumed, u.Demand,
+			interval, stale, ttl},
+	}, nil
+}
+
+func micros(d time.Duration) int64 { return max(int64(d/time.Microsecond), 1) }
+
+// Decision is the outcome of one strict, per-request decision in Redis.
+type Decision struct {
+	Allowed    bool
+	Remaining  int64
+	RetryAfter time.Duration // zero when allowed; -1 if the cost can never be admitted
+	ResetAfter time.Duration
+}
+
+// Allow decides n requests for key against limit in Redis: one round trip
+// per call, exact across the fleet. It is the strict mode, and the
+// baseline the hybrid mode is measured against.
+func (r *Redis) Allow(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
+	if err := limit.Validate(); err != nil {
+		return Decision{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	var call scriptCall
+	switch limit.Algorithm {
+	case TokenBucket:
+		k, err := r.redisKey(key, "gcra")
+		if err != nil {
+			return Decision{}, err
+		}
+		call = scriptCall{strictGCRA, k, []any{limit.Limit, micros(limit.Window), limit.burst(), n}}
+	default:
+		k, err := r.redisKey(key, "sw")
+		if err != nil {
+			return Decision{}, err
+		}
+		call = scriptCall{strictSlidingWindow, k, []any{limit.Limit, micros(limit.Window), n}}
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	res, err := r.run(ctx, []scriptCall{call})
+	if err != nil {
+		return Decision{}, err
+	}
+	if res[0].err != nil {
+		return Decision{}, res[0].err
+	}
+	v := res[0].vals
+	d := Decision{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: time.Duration(v[3]) * time.Microsecond}
+	if v[2] < 0 {
+		d.RetryAfter = -1
+	} else {
+		d.RetryAfter = time.Duration(v[2]) * time.Microsecond
+	}
+	return d, nil
+}
+
+type scriptCall struct {
+	script *redis.Script
+	key    string
+	args   []any
+}
+
+type callResult struct {
+	vals []int64
+	err  error
+}
+
+// run executes calls as EVALSHA in one pipeline; go-redis splits a
+// Cluster pipeline by node, so that is one round trip per node. If a node
+// lost its script cache (a restart, SCRIPT FLUSH), the calls that failed
+// are retried once as EVAL, which sends the script's text, runs it and
+// caches it again in one step: a cache flushed a second time between a
+// separate reload and the retry cannot fail the call.
+func (r *Redis) run(ctx context.Context, calls []scriptCall) ([]callResult, error) {
+	out := make([]callResult, len(calls))
+	if len(calls) == 0 {
+		return out, nil
+	}
+	pending := make([]int, len(calls))
+	for i := range pending {
+		pending[i] = i
+	}
+	for attempt := 0; ; attempt++ {
+		pipe := r.cfg.Client.Pipeline()
+		cmds := make([]*redis.Cmd, len(pending))
+		for j, i := range pending {
+			c := calls[i]
+			if attempt == 0 {
+				cmds[j] = c.script.EvalSha(ctx, pipe, []string{c.key}, c.args...)
+			} else {
+				cmds[j] = c.script.Eval(ctx, pipe, []string{c.key}, c.args...)
+			}
+		}
+		_, _ = pipe.Exec(ctx) // errors are per command, read below
+		var retry []int
+		for j, i := range pending {
+			err := cmds[j].Err()
+			switch {
+			case err == nil:
+				out[i].vals, out[i].err = int64s(cmds[j].Val())
+			case redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0:
+				retry = append(retry, i)
+			case isUnreachable(err):
+				return nil, classify(err)
+			default:
+				out[i].err = fmt.Errorf("%w: key %q: %v", ErrInvalid, calls[i].key, err)
+			}
+		}
+		if len(retry) == 0 {
+			return out, nil
+		}
+		pending = retry
+	}
+}
+
+func int64s(v any) ([]int64, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("global: unexpected script reply %T", v)
+	}
+	out := make([]int64, len(list))
+	for i, x := range list {
+		switch x := x.(type) {
+		case int64:
+			out[i] = x
+		case string:
+			n, err := strconv.ParseInt(x, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("global: unexpected script reply %q", x)
+			}
+			out[i] = n
+		default:
+			return nil, fmt.Errorf("global: unexpected script reply element %T", x)
+		}
+	}
+	return out, nil
+}
+
+// isUnreachable reports whether err means Redis could not be reached or
+// did not answer in time, as opposed to rejecting the command.
+func isUnreachable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	if err.Error() == "EOF" || strings.Contains(err.Error(), "connection") {
+		return true
+	}
+	for _, p := range []string{"CLUSTERDOWN", "LOADING", "TRYAGAIN", "MASTERDOWN", "READONLY"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// classify wraps an error from Redis as ErrUnreachable or ErrInvalid.
+func classify(err error) error {
+	if isUnreachable(err) {
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	return fmt.Errorf("%w: %w", ErrInvalid, err)
+}

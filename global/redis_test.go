@@ -1,0 +1,380 @@
+package global_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+// client returns a client of s whose calls honour their context's
+// deadline, as NewRedis requires.
+func client(t testing.TB, s *redistest.Server) *redis.Client {
+	t.Helper()
+	o := s.Options()
+	o.ContextTimeoutEnabled = true
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newSyncer(t testing.TB, c redis.UniversalClient) *global.Redis {
+	t.Helper()
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	return r
+}
+
+// redisNow reads Redis's clock, the one the scripts use.
+func redisNow(t testing.TB, c redis.UniversalClient) time.Time {
+	t.Helper()
+	now, err := c.Time(context.Background()).Result()
+	require.NoError(t, err)
+	return now
+}
+
+func TestNewRedisRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	good := client(t, s)
+	slow := redis.NewClient(s.Options()) // default 3s socket timeouts
+	t.Cleanup(func() { slow.Close() })
+	tests := []struct {
+		name string
+		cfg  global.RedisConfig
+		want string
+	}{
+		{"no client", global.RedisConfig{}, "RedisConfig.Client"},
+		{"brace in prefix", global.RedisConfig{Client: good, Prefix: "a{b"}, "RedisConfig.Prefix"},
+		{"negative timeout", global.RedisConfig{Client: good, Timeout: -1}, "RedisConfig.Timeout"},
+		{"negative key len", global.RedisConfig{Client: good, MaxKeyLen: -1}, "RedisConfig.MaxKeyLen"},
+		{"client may hang", global.RedisConfig{Client: slow}, "ContextTimeoutEnabled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := global.NewRedis(context.Background(), tt.cfg)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestSyncRejectsBadUsage(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, client(t, s))
+	ctx := context.Background()
+	_, err := r.Sync(ctx, &global.Request{Interval: time.Second})
+	require.ErrorIs(t, err, global.ErrInvalid)
+
+	ok := global.Limit{Limit: 10, Window: time.Second}
+	resp, err := r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second, Keys: []global.Usage{
+		{Key: "fine", Limit: ok, Demand: 3},
+		{Key: "bad", Limit: global.Limit{Limit: 0, Window: time.Second}},
+		{Key: string(make([]byte, 300)), Limit: ok},
+		{Key: "neg", Limit: ok, Consumed: -1},
+	}})
+	require.NoError(t, err)
+	require.Len(t, resp.Grants, 4)
+	assert.NoError(t, resp.Grants[0].Err)
+	assert.Equal(t, int64(3), resp.Grants[0].Lease)
+	for _, g := range resp.Grants[1:] {
+		assert.ErrorIs(t, g.Err, global.ErrInvalid)
+	}
+	assert.Contains(t, resp.Grants[1].Err.Error(), "Limit.Limit")
+	assert.Contains(t, resp.Grants[2].Err.Error(), "MaxKeyLen")
+}
+
+// holder is one lease holder: it spends part of each lease and hands the
+// rest back at its next sync.
+type holder struct {
+	node     string
+	lease    int64
+	consumed int64 // total reported to the fleet
+}
+
+func (h *holder) sync(t testing.TB, r *global.Redis, key string, lim global.Limit, rng *rand.Rand, demand int64) {
+	spent := int64(0)
+	if h.lease > 0 {
+		spent = rng.Int64N(h.lease + 1)
+	}
+	resp, err := r.Sync(context.Background(), &global.Request{
+		Node: h.node, Interval: 50 * time.Millisecond,
+		Keys: []global.Usage{{Key: key, Limit: lim, Consumed: spent, Demand: demand}},
+	})
+	require.NoError(t, err)
+	g := resp.Grants[0]
+	require.NoError(t, g.Err)
+	require.GreaterOrEqual(t, g.Lease, int64(0))
+	require.LessOrEqual(t, g.Lease, max(demand, 0))
+	h.consumed += spent
+	h.lease = g.Lease
+}
+
+// leaseStress runs 4 nodes x 8 goroutines, each goroutine its own lease
+// holder, taking leases on one key for d, then checks that everything
+// spent fits burst + rate * elapsed exactly, by Redis's clock.
+func leaseStress(t *testing.T, c redis.UniversalClient, key string, lim global.Limit, d time.Duration) int64 {
+	r := newSyncer(t, c)
+	start := redisNow(t, c)
+	var wg sync.WaitGroup
+	var total atomic.Int64
+	for n := range 4 {
+		for g := range 8 {
+			wg.Go(func() {
+				h := &holder{node: fmt.Sprintf("node-%d/g-%d", n, g)}
+				rng := rand.New(rand.NewPCG(uint64(n), uint64(g)))
+				for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+					h.sync(t, r, key, lim, rng, 1+rng.Int64N(40))
+				}
+				h.sync(t, r, key, lim, rng, 0) // settle the last lease
+				total.Add(h.consumed)
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := redisNow(t, c).Sub(start)
+	rate := float64(lim.Limit) / lim.Window.Seconds()
+	bound := float64(lim.Burst) + rate*elapsed.Seconds()
+	t.Logf("%s: spent %d in %v; bound %.1f", key, total.Load(), elapsed.Round(time.Millisecond), bound)
+	require.LessOrEqual(t, float64(total.Load()), bound, "the fleet spent more than the bucket holds")
+	return total.Load()
+}
+
+func TestLeaseConcurrencySingleNode(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := client(t, s)
+	for _, lim := range []global.Limit{
+		{Algorithm: global.TokenBucket, Limit: 2000, Window: time.Second, Burst: 300},
+		{Algorithm: global.TokenBucket, Limit: 50, Window: time.Second, Burst: 10},
+	} {
+		spent := leaseStress(t, c, fmt.Sprintf("stress-%d", lim.Limit), lim, 1500*time.Millisecond)
+		assert.Greater(t, spent, lim.Burst, "the fleet should spend more than one burst in 1.5s")
+	}
+}
+
+func TestLeaseSlidingWindowBound(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := client(t, s)
+	r := newSyncer(t, c)
+	lim := global.Limit{Algorithm: global.SlidingWindow, Limit: 100, Window: time.Hour}
+	var wg sync.WaitGroup
+	var total atomic.Int64
+	for n := range 8 {
+		wg.Go(func() {
+			h := &holder{node: "n" + strconv.Itoa(n)}
+			rng := rand.New(rand.NewPCG(uint64(n), 9))
+			for range 60 {
+				h.sync(t, r, "sw", lim, rng, 1+rng.Int64N(20))
+			}
+			h.sync(t, r, "sw", lim, rng, 0)
+			total.Add(h.consumed)
+		})
+	}
+	wg.Wait()
+	// Within one window the fleet never spends more than the limit, and
+	// handing back unspent leases lets it use nearly all of it.
+	assert.LessOrEqual(t, total.Load(), lim.Limit)
+	assert.GreaterOrEqual(t, total.Load(), lim.Limit*9/10)
+}
+
+// TestLeaseReturned: unspent lease tokens come back to the fleet.
+func TestLeaseReturned(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, client(t, s))
+	ctx := context.Background()
+	for _, lim := range []global.Limit{
+		{Algorithm: global.TokenBucket, Limit: 100, Window: time.Hour},
+		{Algorithm: global.SlidingWindow, Limit: 100, Window: time.Hour},
+	} {
+		key := "ret-" + lim.Algorithm.String()
+		sync := func(node string, consumed, demand int64) global.Grant {
+			resp, err := r.Sync(ctx, &global.Request{Node: node, Interval: time.Second,
+				Keys: []global.Usage{{Key: key, Limit: lim, Consumed: consumed, Demand: demand}}})
+			require.NoError(t, err)
+			require.NoError(t, resp.Grants[0].Err)
+			return resp.Grants[0]
+		}
+		g := sync("a", 0, 60)
+		require.Equal(t, int64(60), g.Lease, lim.Algorithm.String())
+		assert.Equal(t, int64(40), g.Remaining)
+		// b wants 60 too but only 40 are left.
+		g = sync("b", 0, 60)
+		assert.Equal(t, int64(40), g.Lease)
+		assert.Equal(t, 2, g.Nodes)
+		// a spent 10 of its 60: 50 come back.
+		g = sync("a", 10, 0)
+		assert.Zero(t, g.Lease)
+		assert.Equal(t, int64(50), g.Remaining, lim.Algorithm.String())
+		assert.Equal(t, int64(50), g.Used)
+	}
+}
+
+// TestLeaseWeights: with two nodes demanding 3:1 and a budget too small
+// for both, leases follow demand.
+func TestLeaseWeights(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, client(t, s))
+	lim := global.Limit{Limit: 100, Window: time.Hour}
+	ctx := context.Background()
+	_, err := r.Sync(ctx, &global.Request{Node: "small", Interval: time.Second,
+		Keys: []global.Usage{{Key: "w", Limit: lim, Demand: 0}}})
+	require.NoError(t, err)
+	resp, err := r.Sync(ctx, &global.Request{Node: "big", Interval: time.Second,
+		Keys: []global.Usage{{Key: "w", Limit: lim, Demand: 300}}})
+	require.NoError(t, err)
+	g := resp.Grants[0]
+	assert.Equal(t, int64(100), g.Lease, "the only node demanding gets it all")
+	assert.InDelta(t, 1.0, g.Weight, 1e-6)
+	assert.Equal(t, 2, g.Nodes)
+}
+
+// TestStrictSeedBurst: the seed scenario on real Redis, per request.
+func TestStrictSeedBurst(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, client(t, s))
+	for _, tt := range []struct {
+		lim  global.Limit
+		want int
+	}{
+		{global.Limit{Algorithm: global.TokenBucket, Limit: 100, Window: time.Minute, Burst: 120}, 120},
+		{global.Limit{Algorithm: global.SlidingWindow, Limit: 100, Window: time.Minute}, 100},
+	} {
+		admitted := 0
+		start := time.Now()
+		for range 150 {
+			d, err := r.Allow(context.Background(), "seed-"+tt.lim.Algorithm.String(), tt.lim, 1)
+			require.NoError(t, err)
+			if d.Allowed {
+				admitted++
+			} else {
+				assert.Positive(t, d.RetryAfter)
+			}
+		}
+		require.Less(t, time.Since(start), 600*time.Millisecond, "the burst must fit before a token refills")
+		assert.Equal(t, tt.want, admitted, tt.lim.Algorithm.String())
+	}
+	d, err := r.Allow(context.Background(), "too-big", global.Limit{Limit: 5, Window: time.Second}, 6)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, time.Duration(-1), d.RetryAfter)
+}
+
+// TestScriptFlush: SCRIPT FLUSH in the middle of traffic loses no
+// decision: exactly the limit is admitted.
+func TestScriptFlush(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := client(t, s)
+	r := newSyncer(t, c)
+	lim := global.Limit{Limit: 300, Window: time.Hour}
+	stop := make(chan struct{})
+	var flushes atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+				if c.ScriptFlush(context.Background()).Err() == nil {
+					flushes.Add(1)
+				}
+			}
+		}
+	})
+	var admitted atomic.Int64
+	var work sync.WaitGroup
+	for range 4 {
+		work.Go(func() {
+			for range 150 {
+				d, err := r.Allow(context.Background(), "flushed", lim, 1)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	work.Wait()
+	close(stop)
+	wg.Wait()
+	assert.Equal(t, lim.Limit, admitted.Load())
+	assert.Positive(t, flushes.Load())
+}
+
+// TestRedisKilled: a dead Redis fails the call within its timeout, as
+// unreachable.
+func TestRedisKilled(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := client(t, s)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	lim := global.Limit{Limit: 10, Window: time.Second}
+	req := &global.Request{Node: "n", Interval: time.Second, Keys: []global.Usage{{Key: "k", Limit: lim, Demand: 1}}}
+	_, err = r.Sync(context.Background(), req)
+	require.NoError(t, err)
+
+	s.Kill()
+	start := time.Now()
+	_, err = r.Sync(context.Background(), req)
+	require.ErrorIs(t, err, global.ErrUnreachable)
+	assert.Less(t, time.Since(start), 400*time.Millisecond)
+	_, err = r.Allow(context.Background(), "k", lim, 1)
+	require.ErrorIs(t, err, global.ErrUnreachable)
+
+	// Back on the same port, with an empty script cache: it works again.
+	s.Restart(t)
+	require.Eventually(t, func() bool {
+		_, err := r.Sync(context.Background(), req)
+		return err == nil
+	}, 5*time.Second, 20*time.Millisecond)
+}
+
+// TestMemoryPerKey reports what Redis holds per limit: MEMORY USAGE of a
+// lease hash with four nodes, and of each strict key.
+func TestMemoryPerKey(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := client(t, s)
+	r := newSyncer(t, c)
+	ctx := context.Background()
+	lim := global.Limit{Limit: 1000, Window: time.Minute}
+	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+		lim.Algorithm = alg
+		key := "mem-" + alg.String()
+		for n := range 4 {
+			_, err := r.Sync(ctx, &global.Request{Node: fmt.Sprint("node-", n), Interval: time.Second,
+				Keys: []global.Usage{{Key: key, Limit: lim, Demand: 10}}})
+			require.NoError(t, err)
+		}
+		_, err := r.Allow(ctx, key, lim, 1)
+		require.NoError(t, err)
+	}
+	for _, k := range []string{"hl:{mem-tokenbucket}:lease", "hl:{mem-slidingwindow}:lease", "hl:{mem-tokenbucket}:gcra", "hl:{mem-slidingwindow}:sw"} {
+		n, err := c.MemoryUsage(ctx, k).Result()
+		require.NoError(t, err, k)
+		t.Logf("MEMORY USAGE %s = %d bytes", k, n)
+		assert.Less(t, n, int64(1024), k)
+	}
+}

@@ -1,0 +1,239 @@
+package global
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts run atomically in Redis and take the time from Redis's
+// own TIME, so nodes' clocks never matter. Times inside are microseconds.
+//
+// Lease state for one limit lives in one hash, in one slot:
+//
+//	tokens, ts        token bucket: tokens left (may go negative: debt
+//	                  from consumption reported after an outage) and when
+//	w, cur, prev      sliding window: the current window number, its count
+//	                  and the previous window's count
+//	l:<node>          the node's outstanding lease
+//	g:<node>          when it was granted (token bucket) or in which window
+//	                  (sliding window)
+//	d:<node>          the node's last reported demand
+//	s:<node>          when the node last synced
+//
+// A node not seen for stale microseconds stops counting as active; its
+// fields are deleted and its lease, if unspent, is simply gone (the bucket
+// refills regardless).
+
+// leaseCommon is shared by both lease scripts: it reads the node fields,
+// computes the active nodes and total demand, and forgets stale nodes.
+const leaseCommon = `
+local function nodes(key, node, now, stale, demand)
+  local all = redis.call('HGETALL', key)
+  local total, count = demand, 1
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 2) == 's:' then
+      local n = string.sub(f, 3)
+      if n ~= node then
+        local seen = tonumber(all[i + 1])
+        if now - seen > stale then
+          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n)
+        else
+          count = count + 1
+          local d = tonumber(redis.call('HGET', key, 'd:' .. n)) or 0
+          total = total + d
+        end
+      end
+    end
+  end
+  return total, count
+end
+
+-- share is this node's weight: its part of the total demand, or an equal
+-- part if nobody demands anything.
+local function share(demand, total, count)
+  if total <= 0 then return 1 / count end
+  return demand / total
+end
+
+-- grantFrom leases what the node demands, up to its weight's part of the
+-- capacity (so no node starves the others), never more than is available,
+-- and at least one token when anything is wanted and available.
+local function grantFrom(avail, demand, weight, capacity)
+  if avail < 1 or demand <= 0 then return 0 end
+  local g = math.ceil(capacity * weight)
+  if g < 1 then g = 1 end
+  if g > demand then g = demand end
+  if g > avail then g = math.floor(avail) end
+  return g
+end
+`
+
+// leaseTokenBucket: KEYS[1] state hash. ARGV: node, limit, window_us, burst,
+// consumed, demand, interval_us, stale_us, ttl_ms.
+// Returns {lease, lease_ttl_us, used, remaining, nodes, weight*1e6,
+// reset_after_us, now_us}.
+var leaseTokenBucket = redis.NewScript(leaseCommon + `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local key, node = KEYS[1], ARGV[1]
+local limit, window, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local consumed, demand, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local stale, ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
+local rate = limit / window
+
+local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node)
+local tokens = tonumber(st[1]) or burst
+local ts = tonumber(st[2]) or now
+if now > ts then
+  tokens = math.min(burst, tokens + (now - ts) * rate)
+end
+
+-- Settle the last lease: unspent tokens of a live lease come back; spending
+-- beyond it is debt.
+local prev = tonumber(st[3]) or 0
+local granted = tonumber(st[4]) or 0
+if consumed < prev then
+  if now - granted <= 2 * interval then
+    tokens = math.min(burst, tokens + (prev - consumed))
+  end
+else
+  tokens = tokens - (consumed - prev)
+end
+
+local total, count = nodes(key, node, now, stale, demand)
+local weight = share(demand, total, count)
+local lease = grantFrom(tokens, demand, weight, burst)
+tokens = tokens - lease
+
+redis.call('HSET', key, 'tokens', tostring(tokens), 'ts', now,
+  'l:' .. node, lease, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now)
+redis.call('PEXPIRE', key, ttl)
+
+local reset = 0
+if tokens < burst then reset = math.ceil((burst - tokens) / rate) end
+local remaining = math.floor(tokens)
+if remaining < 0 then remaining = 0 end
+return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now}
+`)
+
+// leaseSlidingWindow: KEYS[1] state hash. ARGV as leaseTokenBucket (burst
+// unused). The lease is counted in the current window when granted; what a
+// node hands back is subtracted from the window it was counted in, if that
+// window still weighs.
+var leaseSlidingWindow = redis.NewScript(leaseCommon + `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local key, node = KEYS[1], ARGV[1]
+local limit, window = tonumber(ARGV[2]), tonumber(ARGV[3])
+local consumed, demand, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local stale, ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
+
+local w = math.floor(now / window)
+local st = redis.call('HMGET', key, 'w', 'cur', 'prev', 'l:' .. node, 'g:' .. node)
+local sw = tonumber(st[1]) or w
+local cur, prevc = tonumber(st[2]) or 0, tonumber(st[3]) or 0
+if sw == w - 1 then
+  prevc, cur = cur, 0
+elseif sw < w - 1 then
+  prevc, cur = 0, 0
+end
+
+local prev = tonumber(st[4]) or 0
+local lw = tonumber(st[5]) or w
+if consumed < prev then
+  local back = prev - consumed
+  if lw == w then
+    cur = math.max(0, cur - back)
+  elseif lw == w - 1 then
+    prevc = math.max(0, prevc - back)
+  end
+else
+  cur = cur + (consumed - prev)
+end
+
+local elapsed = now - w * window
+local est = math.ceil(prevc * (window - elapsed) / window) + cur
+local avail = limit - est
+if avail < 0 then avail = 0 end
+
+local total, count = nodes(key, node, now, stale, demand)
+local weight = share(demand, total, count)
+local lease = grantFrom(avail, demand, weight, limit)
+cur = cur + lease
+
+redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prevc,
+  'l:' .. node, lease, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now)
+redis.call('PEXPIRE', key, ttl)
+
+local remaining = avail - lease
+local reset = 0
+if cur > 0 then reset = (w + 2) * window - now elseif prevc > 0 then reset = (w + 1) * window - now end
+return {lease, 2 * interval, est + lease, remaining, count, math.floor(weight * 1000000), reset, now}
+`)
+
+// strictGCRA decides one request in Redis, as go-redis/redis_rate does:
+// KEYS[1] holds the theoretical arrival time. ARGV: limit, window_us,
+// burst, cost. Returns {allowed, remaining, retry_after_us,
+// reset_after_us}.
+var strictGCRA = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local limit, window, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local emission = window / limit
+local tau = burst * emission
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local new = tat + cost * emission
+if cost > burst then
+  local remaining = math.floor((tau - (tat - now)) / emission)
+  return {0, remaining, -1, math.ceil(tat - now)}
+end
+if new - now > tau then
+  local remaining = math.floor((tau - (tat - now)) / emission)
+  if remaining < 0 then remaining = 0 end
+  return {0, remaining, math.ceil(new - tau - now), math.ceil(tat - now)}
+end
+redis.call('SET', KEYS[1], tostring(new), 'PX', math.ceil((new - now) / 1000) + 1)
+return {1, math.floor((tau - (new - now)) / emission), 0, math.ceil(new - now)}
+`)
+
+// strictSlidingWindow decides one request against a sliding window
+// counter in Redis. KEYS[1] is a hash {w, cur, prev}. ARGV: limit,
+// window_us, cost. Returns as strictGCRA.
+var strictSlidingWindow = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local limit, window, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local w = math.floor(now / window)
+local st = redis.call('HMGET', KEYS[1], 'w', 'cur', 'prev')
+local sw = tonumber(st[1]) or w
+local cur, prevc = tonumber(st[2]) or 0, tonumber(st[3]) or 0
+if sw == w - 1 then
+  prevc, cur = cur, 0
+elseif sw < w - 1 then
+  prevc, cur = 0, 0
+end
+local elapsed = now - w * window
+local est = math.ceil(prevc * (window - elapsed) / window) + cur
+if cost > limit then
+  return {0, math.max(0, limit - est), -1, (w + 2) * window - now}
+end
+if est + cost > limit then
+  local retry
+  local room = limit - cur - cost
+  if room >= 0 then
+    retry = window - math.floor(room * window / prevc) - elapsed
+  else
+    room = limit - cost
+    if cur <= room then
+      retry = (w + 1) * window - now
+    else
+      retry = (w + 1) * window + window - math.floor(room * window / cur) - now
+    end
+  end
+  if retry < 1 then retry = 1 end
+  return {0, math.max(0, limit - est), retry, (w + 2) * window - now}
+end
+cur = cur + cost
+redis.call('HSET', KEYS[1], 'w', w, 'cur', cur, 'prev', prevc)
+redis.call('PEXPIRE', KEYS[1], math.ceil(2 * window / 1000) + 1)
+return {1, limit - est - cost, 0, (w + 2) * window - now}
+`)

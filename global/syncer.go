@@ -1,0 +1,156 @@
+// Package global is the contract between a node and the rest of its fleet,
+// and its Redis implementation.
+//
+// A node calls its Syncer once per sync interval with every key it touched
+// since the last call: what it consumed and what it expects to need. The
+// Syncer answers, per key, what the node may spend until the next call (its
+// lease) and what it knows of the fleet: global usage, active nodes, this
+// node's weight. Redis (this package), memberlist gossip and the
+// simulator's fakes implement it.
+package global
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A Syncer reconciles one node's consumption with the fleet.
+//
+// Implementations must be safe for concurrent use, honour ctx's deadline,
+// and report a fleet they cannot reach with an error that wraps
+// ErrUnreachable, so the caller can tell an outage (keep limiting locally)
+// from a mistake (fix the request).
+type Syncer interface {
+	// Sync reports req's consumption and returns a Grant for each of
+	// req.Keys, in the same order. A key-level mistake is reported in that
+	// Grant's Err; an error from Sync itself concerns the whole call.
+	Sync(ctx context.Context, req *Request) (*Response, error)
+}
+
+// Algorithm is the global limit's algorithm.
+type Algorithm int
+
+const (
+	// TokenBucket refills Limit tokens per Window continuously, up to
+	// Burst.
+	TokenBucket Algorithm = iota
+	// SlidingWindow admits at most Limit per sliding Window, estimated from
+	// the current and previous aligned windows' counts.
+	SlidingWindow
+)
+
+// String returns the algorithm's name.
+func (a Algorithm) String() string {
+	switch a {
+	case TokenBucket:
+		return "tokenbucket"
+	case SlidingWindow:
+		return "slidingwindow"
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+// Limit is a key's fleet-wide limit.
+type Limit struct {
+	Algorithm Algorithm
+	// Limit is how many requests the whole fleet may make per Window.
+	Limit int64
+	// Window is the period of Limit.
+	Window time.Duration
+	// Burst is TokenBucket's capacity; zero means Limit. SlidingWindow
+	// ignores it.
+	Burst int64
+}
+
+// Validate reports the first field of l that is out of range.
+func (l Limit) Validate() error {
+	switch {
+	case l.Algorithm != TokenBucket && l.Algorithm != SlidingWindow:
+		return fmt.Errorf("global: Limit.Algorithm %d is not a known algorithm", int(l.Algorithm))
+	case l.Limit < 1:
+		return fmt.Errorf("global: Limit.Limit is %d; it must be at least 1", l.Limit)
+	case l.Window < time.Millisecond:
+		return fmt.Errorf("global: Limit.Window is %v; it must be at least 1ms", l.Window)
+	case l.Burst < 0:
+		return fmt.Errorf("global: Limit.Burst is %d; it must not be negative", l.Burst)
+	}
+	return nil
+}
+
+// burst returns the bucket capacity.
+func (l Limit) burst() int64 {
+	if l.Algorithm == TokenBucket && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Limit
+}
+
+// Request is one node's report for one sync.
+type Request struct {
+	// Node identifies the calling node; it must be stable across syncs and
+	// unique in the fleet.
+	Node string
+	// Interval is how often the node syncs. A lease is sized to last it,
+	// and a node not heard from for a few intervals stops counting as
+	// active.
+	Interval time.Duration
+	// Keys are the keys the node touched since its last sync, and those
+	// it holds a lease on.
+	Keys []Usage
+}
+
+// Usage is what a node did with one key since its last sync.
+type Usage struct {
+	Key   string
+	Limit Limit
+	// Consumed is how many requests the node admitted for the key since
+	// its last sync. Consumption beyond the last lease (say, spent while
+	// the fleet was unreachable) is charged to the global budget.
+	Consumed int64
+	// Demand is how many requests the node expects to see for the key
+	// over the next interval; the Syncer leases up to this much.
+	Demand int64
+}
+
+// Response is a Syncer's answer to a Request.
+type Response struct {
+	// Grants holds one Grant per Request.Keys entry, in the same order.
+	Grants []Grant
+}
+
+// Grant is what a node may do with one key until its next sync, and the
+// fleet's state as the Syncer saw it.
+type Grant struct {
+	// Lease is how many requests the node may admit for the key before its
+	// next sync. The sum of live leases never exceeds the global budget.
+	Lease int64
+	// TTL is how long the lease stands; past it, unspent tokens return to
+	// the fleet and the node should not spend them.
+	TTL time.Duration
+	// Used is the fleet's consumption in the current window, leases
+	// included (TokenBucket: the tokens missing from a full bucket).
+	Used int64
+	// Remaining is what the fleet could still grant now.
+	Remaining int64
+	// Nodes is how many nodes are active on the key.
+	Nodes int
+	// Weight is this node's share of the key's demand, in [0, 1].
+	Weight float64
+	// ResetAfter is how long until the fleet's bucket is full again, if
+	// nothing more is spent.
+	ResetAfter time.Duration
+	// Err is set if this key's usage was rejected (a bad limit or key); the
+	// other fields are then zero.
+	Err error
+}
+
+// ErrUnreachable is wrapped by errors that mean the fleet could not be
+// reached: a connection refused or reset, a timeout, a cluster that is
+// down. The caller should keep limiting locally and try again later.
+var ErrUnreachable = errors.New("global: fleet unreachable")
+
+// ErrInvalid is wrapped by errors that mean the request itself was wrong;
+// retrying it unchanged will fail again.
+var ErrInvalid = errors.New("global: invalid request")
