@@ -47,7 +47,6 @@ bench:
 # A minute of fuzzing per target.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzBuckets -fuzztime 60s ./local/
-	$(GO) test -run '^$$' -fuzz FuzzHashKey -fuzztime 20s ./local/
 
 demo:
 	$(GO) run ./cmd/demo

@@ -66,6 +66,21 @@ local function grantFrom(avail, demand, weight, capacity)
 end
 `
 
+// slidingRoll moves a sliding window's counts to window w: st holds the
+// stored window number, its count and the previous window's count.
+const slidingRoll = `
+local function roll(w, st)
+  local sw = tonumber(st[1]) or w
+  local cur, prevc = tonumber(st[2]) or 0, tonumber(st[3]) or 0
+  if sw == w - 1 then
+    return 0, cur
+  elseif sw < w - 1 then
+    return 0, 0
+  end
+  return cur, prevc
+end
+`
+
 // leaseTokenBucket: KEYS[1] state hash. ARGV: node, limit, window_us, burst,
 // consumed, demand, interval_us, stale_us, ttl_ms.
 // Returns {lease, lease_ttl_us, used, remaining, nodes, weight*1e6,
@@ -118,7 +133,7 @@ return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.f
 // unused). The lease is counted in the current window when granted; what a
 // node hands back is subtracted from the window it was counted in, if that
 // window still weighs.
-var leaseSlidingWindow = redis.NewScript(leaseCommon + `
+var leaseSlidingWindow = redis.NewScript(leaseCommon + slidingRoll + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key, node = KEYS[1], ARGV[1]
@@ -128,13 +143,7 @@ local stale, ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
 
 local w = math.floor(now / window)
 local st = redis.call('HMGET', key, 'w', 'cur', 'prev', 'l:' .. node, 'g:' .. node)
-local sw = tonumber(st[1]) or w
-local cur, prevc = tonumber(st[2]) or 0, tonumber(st[3]) or 0
-if sw == w - 1 then
-  prevc, cur = cur, 0
-elseif sw < w - 1 then
-  prevc, cur = 0, 0
-end
+local cur, prevc = roll(w, st)
 
 local prev = tonumber(st[4]) or 0
 local lw = tonumber(st[5]) or w
@@ -198,19 +207,13 @@ return {1, math.floor((tau - (new - now)) / emission), 0, math.ceil(new - now)}
 // strictSlidingWindow decides one request against a sliding window
 // counter in Redis. KEYS[1] is a hash {w, cur, prev}. ARGV: limit,
 // window_us, cost. Returns as strictGCRA.
-var strictSlidingWindow = redis.NewScript(`
+var strictSlidingWindow = redis.NewScript(slidingRoll + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local limit, window, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local w = math.floor(now / window)
 local st = redis.call('HMGET', KEYS[1], 'w', 'cur', 'prev')
-local sw = tonumber(st[1]) or w
-local cur, prevc = tonumber(st[2]) or 0, tonumber(st[3]) or 0
-if sw == w - 1 then
-  prevc, cur = cur, 0
-elseif sw < w - 1 then
-  prevc, cur = 0, 0
-end
+local cur, prevc = roll(w, st)
 local elapsed = now - w * window
 local est = math.ceil(prevc * (window - elapsed) / window) + cur
 if cost > limit then

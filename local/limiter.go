@@ -84,15 +84,17 @@ func (l *Limiter) allowN(key string, now, n int64) (Result, error) {
 	now = l.monotone(now)
 	cost := max(n, 0)
 	h := hashKey(key)
-	// The fast path, for an existing token bucket key, is straight-line
-	// code with a single return: a loop or a second return site here makes
-	// the compiler copy the Result through the stack, which costs more than
-	// the decision itself.
+	// The fast path: an existing key, found with atomic loads only.
 	if e := l.keys.shardFor(h).tab.Load().lookup(h, key); e != nil {
-		if b := e.b.Load(); b != nil && b.p.alg == TokenBucket {
-			if tat, allowed, ok := b.gcra(now, cost); ok {
+		if b := e.b.Load(); b != nil {
+			if b.p.alg == TokenBucket { // the common case, one call shallower
+				if tat, allowed, ok := b.gcra(now, cost); ok {
+					l.touch(e, now)
+					return b.p.gcraResult(tat, now, cost, allowed), nil
+				}
+			} else if r, ok := b.take(now, cost); ok {
 				l.touch(e, now)
-				return b.p.gcraResult(tat, now, cost, allowed), nil
+				return r, nil
 			}
 		}
 	}
