@@ -183,6 +183,9 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 	if req.Interval <= 0 {
 		return nil, fmt.Errorf("%w: Request.Interval is %v; it must be positive", ErrInvalid, req.Interval)
 	}
+	if req.Shares != DemandWeighted && req.Shares != Equal {
+		return nil, fmt.Errorf("%w: Request.Shares %d is not a known strategy", ErrInvalid, int(req.Shares))
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 
@@ -191,7 +194,7 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 	idx := make([]int, 0, len(req.Keys))
 	interval := micros(req.Interval)
 	for i, u := range req.Keys {
-		call, err := r.leaseCall(req.Node, interval, u)
+		call, err := r.leaseCall(req.Node, interval, req.Shares == Equal, u)
 		if err != nil {
 			resp.Grants[i].Err = err
 			continue
@@ -223,7 +226,7 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 	return resp, nil
 }
 
-func (r *Redis) leaseCall(node string, interval int64, u Usage) (scriptCall, error) {
+func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scriptCall, error) {
 	if err := u.Limit.Validate(); err != nil {
 		return scriptCall{}, fmt.Errorf("%w: key %q: %v", ErrInvalid, u.Key, err)
 	}
@@ -247,8 +250,15 @@ func (r *Redis) leaseCall(node string, interval int64, u Usage) (scriptCall, err
 		script: script,
 		key:    key,
 		args: []any{node, u.Limit.Limit, window, u.Limit.burst(), u.Consumed, u.Demand,
-			interval, stale, ttl},
+			interval, stale, ttl, equalArg(equal)},
 	}, nil
+}
+
+func equalArg(equal bool) string {
+	if equal {
+		return "1"
+	}
+	return "0"
 }
 
 func micros(d time.Duration) int64 { return max(int64(d/time.Microsecond), 1) }

@@ -225,24 +225,64 @@ func TestLeaseReturned(t *testing.T) {
 	}
 }
 
-// TestLeaseWeights: with two nodes demanding 3:1 and a budget too small
-// for both, leases follow demand.
-func TestLeaseWeights(t *testing.T) {
+// TestLeaseShares checks the share arithmetic exactly: three nodes
+// demanding 60:30:10 of a 100-token bucket they all want more of.
+func TestLeaseShares(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	r := newSyncer(t, client(t, s))
-	lim := global.Limit{Limit: 100, Window: time.Hour}
 	ctx := context.Background()
-	_, err := r.Sync(ctx, &global.Request{Node: "small", Interval: time.Second,
-		Keys: []global.Usage{{Key: "w", Limit: lim, Demand: 0}}})
-	require.NoError(t, err)
-	resp, err := r.Sync(ctx, &global.Request{Node: "big", Interval: time.Second,
-		Keys: []global.Usage{{Key: "w", Limit: lim, Demand: 300}}})
-	require.NoError(t, err)
-	g := resp.Grants[0]
-	assert.Equal(t, int64(100), g.Lease, "the only node demanding gets it all")
-	assert.InDelta(t, 1.0, g.Weight, 1e-6)
-	assert.Equal(t, 2, g.Nodes)
+	lim := global.Limit{Limit: 100, Window: time.Hour}
+	tests := []struct {
+		shares global.Shares
+		// the leases granted to a, b and c, syncing in turn
+		want    []int64
+		weights []float64
+	}{
+		// Demand-weighted: a sees only itself (weight 1), takes its 60;
+		// b's weight is 30/90, a third of the capacity: ceil(33.3) = 34,
+		// capped at its demand of 30; c's 10/100 is 10.
+		{global.DemandWeighted, []int64{60, 30, 10}, []float64{1, 30.0 / 90, 10.0 / 100}},
+		// Equal: a alone takes 60; b's 1/2 of 100 is 50, capped by its
+		// demand of 30; c's 1/3 of 100 is 34, capped at the 10 left.
+		{global.Equal, []int64{60, 30, 10}, []float64{1, 0.5, 1.0 / 3}},
+	}
+	for _, tt := range tests {
+		key := "shares-" + tt.shares.String()
+		for i, d := range []int64{60, 30, 10} {
+			node := string(rune('a' + i))
+			resp, err := r.Sync(ctx, &global.Request{Node: node, Interval: time.Second, Shares: tt.shares,
+				Keys: []global.Usage{{Key: key, Limit: lim, Demand: d}}})
+			require.NoError(t, err)
+			g := resp.Grants[0]
+			require.NoError(t, g.Err)
+			assert.Equal(t, tt.want[i], g.Lease, "%v node %s", tt.shares, node)
+			assert.InDelta(t, tt.weights[i], g.Weight, 1e-6, "%v node %s", tt.shares, node)
+			assert.Equal(t, i+1, g.Nodes)
+		}
+	}
+
+	// Demand above the budget: a wants 100, b 300, of 100 tokens. Once
+	// both demands are known, the weight caps what each takes, so neither
+	// starves the other.
+	for _, tt := range []struct {
+		shares       global.Shares
+		wantA, wantB int64
+	}{{global.DemandWeighted, 25, 75}, {global.Equal, 50, 50}} {
+		key := "cap-" + tt.shares.String()
+		sync := func(node string, demand int64) int64 {
+			resp, err := r.Sync(ctx, &global.Request{Node: node, Interval: time.Second, Shares: tt.shares,
+				Keys: []global.Usage{{Key: key, Limit: lim, Demand: demand}}})
+			require.NoError(t, err)
+			require.NoError(t, resp.Grants[0].Err)
+			return resp.Grants[0].Lease
+		}
+		require.Equal(t, int64(100), sync("a", 100), "alone, a takes its demand")
+		require.Equal(t, int64(0), sync("b", 300), "nothing is left for b yet")
+		// a hands its 100 back (it spent nothing) and takes its share.
+		assert.Equal(t, tt.wantA, sync("a", 100), tt.shares.String())
+		assert.Equal(t, tt.wantB, sync("b", 300), tt.shares.String())
+	}
 }
 
 // TestStrictSeedBurst: the seed scenario on real Redis, per request.

@@ -46,10 +46,11 @@ local function nodes(key, node, now, stale, demand)
   return total, count
 end
 
--- share is this node's weight: its part of the total demand, or an equal
--- part if nobody demands anything.
-local function share(demand, total, count)
-  if total <= 0 then return 1 / count end
+-- share is this node's weight: an equal part of the active nodes when
+-- equal is set, otherwise its part of the total demand (an equal part if
+-- nobody demands anything).
+local function share(demand, total, count, equal)
+  if equal or total <= 0 then return 1 / count end
   return demand / total
 end
 
@@ -82,7 +83,8 @@ end
 `
 
 // leaseTokenBucket: KEYS[1] state hash. ARGV: node, limit, window_us, burst,
-// consumed, demand, interval_us, stale_us, ttl_ms.
+// consumed, demand, interval_us, stale_us, ttl_ms, equal ("1": equal
+// shares, else demand-weighted).
 // Returns {lease, lease_ttl_us, used, remaining, nodes, weight*1e6,
 // reset_after_us, now_us}.
 var leaseTokenBucket = redis.NewScript(leaseCommon + `
@@ -91,7 +93,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key, node = KEYS[1], ARGV[1]
 local limit, window, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local consumed, demand, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local stale, ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
+local stale, ttl, equal = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
 local rate = limit / window
 
 local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node)
@@ -114,7 +116,7 @@ else
 end
 
 local total, count = nodes(key, node, now, stale, demand)
-local weight = share(demand, total, count)
+local weight = share(demand, total, count, equal)
 local lease = grantFrom(tokens, demand, weight, burst)
 tokens = tokens - lease
 
@@ -139,7 +141,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key, node = KEYS[1], ARGV[1]
 local limit, window = tonumber(ARGV[2]), tonumber(ARGV[3])
 local consumed, demand, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local stale, ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
+local stale, ttl, equal = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
 
 local w = math.floor(now / window)
 local st = redis.call('HMGET', key, 'w', 'cur', 'prev', 'l:' .. node, 'g:' .. node)
@@ -164,7 +166,7 @@ local avail = limit - est
 if avail < 0 then avail = 0 end
 
 local total, count = nodes(key, node, now, stale, demand)
-local weight = share(demand, total, count)
+local weight = share(demand, total, count, equal)
 local lease = grantFrom(avail, demand, weight, limit)
 cur = cur + lease
 

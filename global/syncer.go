@@ -96,9 +96,35 @@ type Request struct {
 	// and a node not heard from for a few intervals stops counting as
 	// active.
 	Interval time.Duration
+	// Shares is how the fleet's budget is split between nodes that all
+	// want more than is available. Default DemandWeighted.
+	Shares Shares
 	// Keys are the keys the node touched since its last sync, and those
 	// it holds a lease on.
 	Keys []Usage
+}
+
+// Shares is how a contended budget is split between nodes.
+type Shares int
+
+const (
+	// DemandWeighted gives each node a part of the budget proportional to
+	// its reported demand: a node serving 80% of the traffic may hold 80%
+	// of the budget.
+	DemandWeighted Shares = iota
+	// Equal gives each active node 1/N of the budget, whatever its demand.
+	Equal
+)
+
+// String returns the strategy's name.
+func (s Shares) String() string {
+	switch s {
+	case DemandWeighted:
+		return "demandweighted"
+	case Equal:
+		return "equal"
+	}
+	return fmt.Sprintf("Shares(%d)", int(s))
 }
 
 // Usage is what a node did with one key since its last sync.
@@ -136,7 +162,8 @@ type Grant struct {
 	Remaining int64
 	// Nodes is how many nodes are active on the key.
 	Nodes int
-	// Weight is this node's share of the key's demand, in [0, 1].
+	// Weight is this node's share of the key's budget, in [0, 1]: its part
+	// of the demand, or 1/Nodes with Equal shares.
 	Weight float64
 	// ResetAfter is how long until the fleet's bucket is full again, if
 	// nothing more is spent.
