@@ -103,7 +103,7 @@ func (b *bucket) gcra(now, n int64) (tat int64, allowed, ok bool) {
 			return 0, false, false
 		}
 		next := max(tat, now) + n*p.t
-		if n > p.burst || next-now > p.tau {
+		if n > p.burst || (n > 0 && next-now > p.tau) {
 			return tat, false, true
 		}
 		if n == 0 || b.s0.CompareAndSwap(tat, next) {
@@ -206,7 +206,7 @@ func (b *bucket) takeFixed(now, n int64) (Result, bool) {
 		ew := effectiveWindow(w, st)
 		count := countIn(st, ew)
 		end := (ew+1)*p.window - now
-		if n > p.limit || count+n > p.limit {
+		if n > p.limit || (n > 0 && count+n > p.limit) {
 			r.Remaining = p.limit - count
 			r.ResetAfter = time.Duration(end)
 			if n > p.limit {
@@ -217,7 +217,7 @@ func (b *bucket) takeFixed(now, n int64) (Result, bool) {
 			return r, true
 		}
 		if n == 0 || b.s0.CompareAndSwap(st, packWin(ew, count+n)) {
-			r.Remaining = p.limit - count - n
+			r.Remaining = max(0, p.limit-count-n)
 			if count+n > 0 {
 				r.ResetAfter = time.Duration(end)
 			}
@@ -285,7 +285,7 @@ func (b *bucket) takeSliding(now, n int64) (Result, bool) {
 		start := ew * p.window
 		elapsed := min(max(now-start, 0), p.window)
 		est := slidingEstimate(prev, cur, p.window, elapsed)
-		if n > p.limit || est+n > p.limit {
+		if n > p.limit || (n > 0 && est+n > p.limit) {
 			r.Remaining = max(0, p.limit-est)
 			r.ResetAfter = slidingReset(p, start, now, prev, cur)
 			if n > p.limit {
@@ -296,7 +296,7 @@ func (b *bucket) takeSliding(now, n int64) (Result, bool) {
 			return r, true
 		}
 		if n == 0 || slot.CompareAndSwap(curWord, packWin(ew, cur+n)) {
-			r.Remaining = p.limit - est - n
+			r.Remaining = max(0, p.limit-est-n)
 			r.ResetAfter = slidingReset(p, start, now, prev, cur+n)
 			return r, true
 		}

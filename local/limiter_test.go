@@ -269,6 +269,8 @@ func TestSetLimitKeepsState(t *testing.T) {
 		require.True(t, r.Allowed())
 		// Halve the rate and the burst: 6 tokens stay spent, out of 5.
 		require.NoError(t, l.SetLimit("k", 5, 5))
+		r, _ = l.AllowN("k", 0)
+		assert.True(t, r.Allowed(), "n == 0 only reports, even when overdrawn")
 		r, _ = l.Allow("k")
 		require.False(t, r.Allowed())
 		assert.Equal(t, int64(5), r.Limit)
@@ -289,6 +291,9 @@ func TestSetLimitKeepsState(t *testing.T) {
 			r, _ := l.AllowN("k", 6)
 			require.True(t, r.Allowed())
 			require.NoError(t, l.SetLimit("k", 5, 0))
+			r, _ = l.AllowN("k", 0)
+			assert.True(t, r.Allowed(), "n == 0 only reports, even when over the limit")
+			assert.Zero(t, r.Remaining)
 			r, _ = l.Allow("k")
 			assert.False(t, r.Allowed(), "6 counted against a limit of 5")
 			require.NoError(t, l.SetLimit("k", 8, 0))

@@ -60,8 +60,8 @@ func (l *slidingLog) take(p *params, now, n int64) (Result, bool) {
 		l.expire(p.window, now)
 	}
 	live := int64(l.n)
-	if n > p.limit || live+n > p.limit {
-		r.Remaining = p.limit - live
+	if n > p.limit || (n > 0 && live+n > p.limit) {
+		r.Remaining = max(0, p.limit-live)
 		if l.n > 0 {
 			r.ResetAfter = time.Duration(l.at(l.n-1) + p.window - now)
 		}
@@ -74,7 +74,7 @@ func (l *slidingLog) take(p *params, now, n int64) (Result, bool) {
 		return r, true
 	}
 	l.push(now, n, p.limit)
-	r.Remaining = p.limit - live - n
+	r.Remaining = max(0, p.limit-live-n)
 	if l.n > 0 {
 		r.ResetAfter = time.Duration(l.at(l.n-1) + p.window - now)
 	}
