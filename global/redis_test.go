@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -417,4 +418,31 @@ func TestMemoryPerKey(t *testing.T) {
 		t.Logf("MEMORY USAGE %s = %d bytes", k, n)
 		assert.Less(t, n, int64(1024), k)
 	}
+}
+
+// TestStoredTimesKeepMicroseconds: times written by the scripts keep every
+// digit. Lua's tostring keeps 14 significant digits, which would round a
+// microsecond timestamp to 100 µs and skew a fast strict bucket by up to
+// 100 µs worth of tokens.
+func TestStoredTimesKeepMicroseconds(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := client(t, s)
+	r := newSyncer(t, c)
+	ctx := context.Background()
+	lim := global.Limit{Limit: 1_000_000, Window: time.Second, Burst: 1000}
+	_, err := r.Allow(ctx, "fast", lim, 1)
+	require.NoError(t, err)
+	tat, err := c.Get(ctx, "hl:{fast}:gcra").Result()
+	require.NoError(t, err)
+	assert.NotContains(t, tat, "e+", "TAT stored as %q", tat)
+	_, err = strconv.ParseInt(strings.TrimSuffix(tat, ".0"), 10, 64)
+	assert.NoError(t, err, "TAT %q should be whole microseconds", tat)
+
+	_, err = r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second,
+		Keys: []global.Usage{{Key: "fast", Limit: lim, Demand: 7}}})
+	require.NoError(t, err)
+	ts, err := c.HGet(ctx, "hl:{fast}:lease", "ts").Result()
+	require.NoError(t, err)
+	assert.NotContains(t, ts, "e+", "ts stored as %q", ts)
 }

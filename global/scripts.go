@@ -3,7 +3,10 @@ package global
 import "github.com/redis/go-redis/v9"
 
 // The Lua scripts run atomically in Redis and take the time from Redis's
-// own TIME, so nodes' clocks never matter. Times inside are microseconds.
+// own TIME, so nodes' clocks never matter. Times inside are microseconds
+// since the epoch, about 1.8e15: numbers are handed to redis.call as
+// numbers, which Redis formats with 17 significant digits, never through
+// tostring, whose 14 digits would round a time to 100 µs.
 //
 // Lease state for one limit lives in one hash, in one slot:
 //
@@ -120,7 +123,7 @@ local weight = share(demand, total, count, equal)
 local lease = grantFrom(tokens, demand, weight, burst)
 tokens = tokens - lease
 
-redis.call('HSET', key, 'tokens', tostring(tokens), 'ts', now,
+redis.call('HSET', key, 'tokens', tokens, 'ts', now,
   'l:' .. node, lease, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now)
 redis.call('PEXPIRE', key, ttl)
 
@@ -202,7 +205,7 @@ if new - now > tau then
   if remaining < 0 then remaining = 0 end
   return {0, remaining, math.ceil(new - tau - now), math.ceil(tat - now)}
 end
-redis.call('SET', KEYS[1], tostring(new), 'PX', math.ceil((new - now) / 1000) + 1)
+redis.call('SET', KEYS[1], new, 'PX', math.ceil((new - now) / 1000) + 1)
 return {1, math.floor((tau - (new - now)) / emission), 0, math.ceil(new - now)}
 `)
 
