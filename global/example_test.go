@@ -1,0 +1,66 @@
+package global_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+// A node's sync: report what it spent since the last one and what it
+// expects to need, and learn what it may spend next. (Needs a Redis on
+// localhost:6379, so it is compiled but not run.)
+func ExampleRedis_Sync() {
+	client := redis.NewClient(&redis.Options{
+		Addr:                  "localhost:6379",
+		ContextTimeoutEnabled: true, // so a dead Redis fails within the Syncer's timeout
+	})
+	defer client.Close()
+	syncer, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client})
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp, err := syncer.Sync(context.Background(), &global.Request{
+		Node:     "api-7",
+		Interval: 100 * time.Millisecond,
+		Keys: []global.Usage{{
+			Key:      "tenant:acme",
+			Limit:    global.Limit{Limit: 1000, Window: time.Second},
+			Consumed: 42,
+			Demand:   60,
+		}},
+	})
+	switch {
+	case errors.Is(err, global.ErrUnreachable):
+		// Keep limiting locally on what is left of the last lease.
+		return
+	case err != nil:
+		log.Fatal(err)
+	}
+	g := resp.Grants[0]
+	fmt.Printf("may spend %d in the next %v; %d nodes share the key\n", g.Lease, g.TTL, g.Nodes)
+}
+
+// Strict mode: every decision in Redis, exact across the fleet, one round
+// trip per request.
+func ExampleRedis_Allow() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	defer client.Close()
+	syncer, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client})
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := syncer.Allow(context.Background(), "login:alice",
+		global.Limit{Algorithm: global.SlidingWindow, Limit: 5, Window: time.Minute}, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !d.Allowed {
+		fmt.Println("try again in", d.RetryAfter)
+	}
+}
