@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -445,4 +446,42 @@ func TestStoredTimesKeepMicroseconds(t *testing.T) {
 	ts, err := c.HGet(ctx, "hl:{fast}:lease", "ts").Result()
 	require.NoError(t, err)
 	assert.NotContains(t, ts, "e+", "ts stored as %q", ts)
+}
+
+// TestRedisSilent: a Redis that accepts connections but never answers
+// (a black hole, the nastier failure) fails the call within its timeout
+// as unreachable; it never hangs.
+func TestRedisSilent(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var held sync.WaitGroup
+	stop := make(chan struct{})
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held.Go(func() { // read nothing, answer nothing, keep it open
+				<-stop
+				conn.Close()
+			})
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		close(stop)
+		held.Wait()
+	})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ContextTimeoutEnabled: true,
+		DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+
+	start := time.Now()
+	_, err = global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 200 * time.Millisecond})
+	elapsed := time.Since(start)
+	require.ErrorIs(t, err, global.ErrUnreachable)
+	assert.Less(t, elapsed, 400*time.Millisecond, "the call must give up at its timeout")
+	t.Logf("silent Redis: %v after %v", err, elapsed.Round(time.Millisecond))
 }
