@@ -1,0 +1,334 @@
+package hybrid
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// Mode is where a policy's decisions are made.
+type Mode int
+
+const (
+	// Hybrid decides from a local lease on this node's share of the
+	// fleet's quota and reconciles with the fleet every sync interval. It
+	// is the default: nanoseconds per decision, a bounded number of fleet
+	// operations per interval whatever the traffic.
+	Hybrid Mode = iota
+	// Local limits this node alone; the fleet is never consulted.
+	Local
+	// Strict decides every request in the fleet's store (Redis): exact
+	// across the fleet, one round trip per decision.
+	Strict
+)
+
+// String returns the mode's name.
+func (m Mode) String() string {
+	switch m {
+	case Hybrid:
+		return "hybrid"
+	case Local:
+		return "local"
+	case Strict:
+		return "strict"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// FailMode is what a policy does when the fleet cannot be reached and what
+// was leased from it is spent.
+type FailMode int
+
+const (
+	// FailStatic keeps limiting locally, to this node's last known share
+	// of the quota. It is the default.
+	FailStatic FailMode = iota
+	// FailOpen admits every request until the fleet is back.
+	FailOpen
+	// FailClosed refuses every request until the fleet is back.
+	FailClosed
+)
+
+// String returns the fail mode's name.
+func (f FailMode) String() string {
+	switch f {
+	case FailStatic:
+		return "failstatic"
+	case FailOpen:
+		return "failopen"
+	case FailClosed:
+		return "failclosed"
+	}
+	return fmt.Sprintf("FailMode(%d)", int(f))
+}
+
+// Policy is one fleet-wide limit and the keys it applies to.
+//
+// The limit is Limit requests per Window for the whole fleet, or, for a
+// token bucket, Rate tokens per second with Burst capacity, in the manner
+// of golang.org/x/time/rate.
+type Policy struct {
+	// Name identifies the policy in errors and to Config.Resolve.
+	// Required, unique.
+	Name string
+
+	// Prefix selects the keys the policy applies to: a key takes the
+	// policy with the longest Prefix it starts with. The empty Prefix
+	// matches every key, which makes a default policy.
+	Prefix string
+
+	// Mode is where decisions are made. Default Hybrid.
+	Mode Mode
+
+	// Algorithm is the limit's algorithm. Default TokenBucket. Hybrid and
+	// Strict policies take TokenBucket or SlidingWindow; FixedWindow and
+	// SlidingLog are for Local policies only.
+	Algorithm local.Algorithm
+
+	// Limit is how many requests the fleet may make per Window, per key.
+	Limit int64
+
+	// Window is the period of Limit. Hybrid and Strict policies need at
+	// least a millisecond.
+	Window time.Duration
+
+	// Rate, for TokenBucket, is an alternative to Limit and Window: tokens
+	// per second. Burst is then required.
+	Rate float64
+
+	// Burst is TokenBucket's capacity: how many requests a full bucket
+	// admits at once across the fleet. Default Limit.
+	Burst int64
+
+	// OnUnreachable is what Hybrid and Strict decisions do when the fleet
+	// cannot be reached and this node's lease is spent. Default FailStatic.
+	OnUnreachable FailMode
+}
+
+// Defaults for Config's optional fields.
+const (
+	// DefaultInterval is how often a node syncs with its fleet.
+	DefaultInterval = 100 * time.Millisecond
+	// DefaultStrictTimeout bounds one Strict decision's round trip.
+	DefaultStrictTimeout = 50 * time.Millisecond
+	// DefaultMaxKeys caps the keys a Limiter tracks.
+	DefaultMaxKeys = 1 << 20
+	// DefaultMaxKeyLen is the longest key accepted, in bytes.
+	DefaultMaxKeyLen = 256
+	// DefaultIdleTimeout is how long a key goes without requests before
+	// its lease is returned and it is forgotten.
+	DefaultIdleTimeout = 10 * time.Second
+)
+
+// Config describes a Limiter. The zero value of every optional field means
+// its documented default.
+type Config struct {
+	// Node names this node in the fleet; it must be unique and stable for
+	// the life of the process. Default: host name, process ID and a
+	// random suffix.
+	Node string
+
+	// Policies are the limits, at least one. Each key is matched to one
+	// policy, once, when first seen.
+	Policies []Policy
+
+	// Resolve, if set, picks a key's policy by name; it is called once per
+	// key, not per request. Returning "" falls back to matching Prefix.
+	Resolve func(key string) string
+
+	// Syncer is the fleet: global.Redis, the gossip syncer, or the
+	// simulator's. Required when a policy is Hybrid or Strict; Strict
+	// policies also need it to implement StrictDecider.
+	Syncer global.Syncer
+
+	// Interval is how often the node syncs with the fleet, give or take a
+	// tenth of it in random jitter so nodes spread their calls. Default
+	// DefaultInterval; at least a millisecond. Longer intervals mean fewer
+	// fleet operations and a larger overshoot bound: see docs/tuning.md.
+	Interval time.Duration
+
+	// SyncTimeout bounds one sync's round trip. Default Interval.
+	SyncTimeout time.Duration
+
+	// StrictTimeout bounds one Strict decision's round trip. Default
+	// DefaultStrictTimeout.
+	StrictTimeout time.Duration
+
+	// Shares is how a key's quota is split between nodes. Default
+	// global.DemandWeighted: in proportion to each node's recent demand,
+	// with a floor so that an idle node can start. global.Equal gives
+	// each active node 1/N of the rate whatever its demand.
+	Shares global.Shares
+
+	// IdleTimeout is how long a key may go without requests before the
+	// node hands its lease back and forgets it. Default
+	// DefaultIdleTimeout; at least two Intervals.
+	IdleTimeout time.Duration
+
+	// MaxKeys caps the keys the Limiter tracks; past it, keys idle since
+	// the last sync are forgotten early, and if none is, a new key gets
+	// ErrTooManyKeys. Default DefaultMaxKeys.
+	MaxKeys int
+
+	// MaxKeyLen is the longest key accepted, in bytes. Default
+	// DefaultMaxKeyLen.
+	MaxKeyLen int
+
+	// ManualSync, if set, starts no background goroutine: the caller
+	// drives every sync with SyncOnce, as tests and the simulator do, and
+	// early refills wait for the next SyncOnce.
+	ManualSync bool
+
+	// Clock is the time source. Default the real clock.
+	Clock clock.Clock
+}
+
+// withDefaults validates c and fills in its defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.Node == "" {
+		c.Node = defaultNode()
+	}
+	if len(c.Policies) == 0 {
+		return c, fmt.Errorf("hybrid: Config.Policies is empty; give at least one Policy")
+	}
+	switch {
+	case c.Interval == 0:
+		c.Interval = DefaultInterval
+	case c.Interval < time.Millisecond:
+		return c, fmt.Errorf("hybrid: Config.Interval is %v; it must be at least 1ms (or 0 for the default %v)", c.Interval, DefaultInterval)
+	}
+	switch {
+	case c.SyncTimeout == 0:
+		c.SyncTimeout = c.Interval
+	case c.SyncTimeout < 0:
+		return c, fmt.Errorf("hybrid: Config.SyncTimeout is %v; it must be positive (or 0 for Interval)", c.SyncTimeout)
+	}
+	switch {
+	case c.StrictTimeout == 0:
+		c.StrictTimeout = DefaultStrictTimeout
+	case c.StrictTimeout < 0:
+		return c, fmt.Errorf("hybrid: Config.StrictTimeout is %v; it must be positive (or 0 for the default %v)", c.StrictTimeout, DefaultStrictTimeout)
+	}
+	if c.Shares != global.DemandWeighted && c.Shares != global.Equal {
+		return c, fmt.Errorf("hybrid: Config.Shares %d is not a known strategy", int(c.Shares))
+	}
+	switch {
+	case c.IdleTimeout == 0:
+		c.IdleTimeout = max(DefaultIdleTimeout, 2*c.Interval)
+	case c.IdleTimeout < 2*c.Interval:
+		return c, fmt.Errorf("hybrid: Config.IdleTimeout is %v; it must be at least two Intervals (%v)", c.IdleTimeout, 2*c.Interval)
+	}
+	switch {
+	case c.MaxKeys == 0:
+		c.MaxKeys = DefaultMaxKeys
+	case c.MaxKeys < 0:
+		return c, fmt.Errorf("hybrid: Config.MaxKeys is %d; it must be positive (or 0 for the default %d)", c.MaxKeys, DefaultMaxKeys)
+	}
+	switch {
+	case c.MaxKeyLen == 0:
+		c.MaxKeyLen = DefaultMaxKeyLen
+	case c.MaxKeyLen < 0:
+		return c, fmt.Errorf("hybrid: Config.MaxKeyLen is %d; it must be positive (or 0 for the default %d)", c.MaxKeyLen, DefaultMaxKeyLen)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real
+	}
+	return c, nil
+}
+
+// defaultNode names a node after its host and process, with a random
+// suffix so two processes reusing a PID in containers do not collide.
+func defaultNode() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "node"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(uint64(time.Now().UnixNano())&0xffffff, 36)
+}
+
+// checkPolicy validates p, the i'th policy, naming the field at fault, and
+// returns its fleet-wide limit.
+func checkPolicy(i int, p *Policy, syncer global.Syncer) (global.Limit, error) {
+	at := fmt.Sprintf("hybrid: Config.Policies[%d]", i)
+	if p.Name != "" {
+		at += fmt.Sprintf(" (%q)", p.Name)
+	}
+	if p.Name == "" {
+		return global.Limit{}, fmt.Errorf("%s: Name is empty; every policy needs a name", at)
+	}
+	if p.Mode < Hybrid || p.Mode > Strict {
+		return global.Limit{}, fmt.Errorf("%s: Mode %d is not a known mode", at, int(p.Mode))
+	}
+	if p.OnUnreachable < FailStatic || p.OnUnreachable > FailClosed {
+		return global.Limit{}, fmt.Errorf("%s: OnUnreachable %d is not a known fail mode", at, int(p.OnUnreachable))
+	}
+	if p.Algorithm < local.TokenBucket || p.Algorithm > local.SlidingLog {
+		return global.Limit{}, fmt.Errorf("%s: Algorithm %d is not a known algorithm", at, int(p.Algorithm))
+	}
+	if p.Rate != 0 {
+		switch {
+		case p.Algorithm != local.TokenBucket:
+			return global.Limit{}, fmt.Errorf("%s: Rate is for TokenBucket; %v takes Limit and Window", at, p.Algorithm)
+		case p.Limit != 0 || p.Window != 0:
+			return global.Limit{}, fmt.Errorf("%s: Rate is set, so Limit and Window must be zero", at)
+		case math.IsNaN(p.Rate) || math.IsInf(p.Rate, 0) || p.Rate < 1e-6 || p.Rate > 1e9:
+			return global.Limit{}, fmt.Errorf("%s: Rate is %v; it must be between 1e-6 and 1e9 tokens per second", at, p.Rate)
+		case p.Burst < 1:
+			return global.Limit{}, fmt.Errorf("%s: Burst is %d; it must be at least 1 when Rate is set", at, p.Burst)
+		}
+		// A millisecond-grained limit keeps three significant digits of
+		// a fractional rate and stays within global's one-millisecond
+		// floor on windows.
+		if r := p.Rate * 1000; r >= 1 {
+			p.Limit, p.Window = int64(math.Round(r)), 1000*time.Second
+		} else {
+			p.Limit, p.Window = 1, time.Duration(math.Round(1e9/p.Rate))
+		}
+	}
+	switch {
+	case p.Limit < 1:
+		return global.Limit{}, fmt.Errorf("%s: Limit is %d; it must be at least 1", at, p.Limit)
+	case p.Window <= 0:
+		return global.Limit{}, fmt.Errorf("%s: Window is %v; it must be positive", at, p.Window)
+	case p.Burst < 0:
+		return global.Limit{}, fmt.Errorf("%s: Burst is %d; it must not be negative", at, p.Burst)
+	}
+	if p.Burst == 0 {
+		p.Burst = p.Limit
+	}
+	if p.Mode == Local {
+		return global.Limit{}, nil
+	}
+	var alg global.Algorithm
+	switch p.Algorithm {
+	case local.TokenBucket:
+		alg = global.TokenBucket
+	case local.SlidingWindow:
+		alg = global.SlidingWindow
+	default:
+		return global.Limit{}, fmt.Errorf("%s: Algorithm %v is local only; a %v policy takes TokenBucket or SlidingWindow", at, p.Algorithm, p.Mode)
+	}
+	if p.Window < time.Millisecond {
+		return global.Limit{}, fmt.Errorf("%s: Window is %v; a %v policy needs at least 1ms", at, p.Window, p.Mode)
+	}
+	if p.Burst > maxAllowance {
+		return global.Limit{}, fmt.Errorf("%s: Burst is %d; a %v policy takes at most %d", at, p.Burst, p.Mode, int64(maxAllowance))
+	}
+	if syncer == nil {
+		return global.Limit{}, fmt.Errorf("%s: Mode %v needs Config.Syncer", at, p.Mode)
+	}
+	if _, ok := syncer.(StrictDecider); p.Mode == Strict && !ok {
+		return global.Limit{}, fmt.Errorf("%s: Mode Strict needs a Config.Syncer that implements StrictDecider (global.Redis does); %T does not", at, syncer)
+	}
+	lim := global.Limit{Algorithm: alg, Limit: p.Limit, Window: p.Window, Burst: p.Burst}
+	if err := lim.Validate(); err != nil {
+		return global.Limit{}, fmt.Errorf("%s: %w", at, err)
+	}
+	return lim, nil
+}

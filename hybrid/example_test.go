@@ -1,0 +1,74 @@
+package hybrid_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// A fleet-wide limit of 100 requests per second per API key, decided in
+// memory on every node and synced through Redis every 100 ms.
+func Example() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	defer client.Close()
+	fleet, err := global.NewRedis(ctx, global.RedisConfig{Client: client})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	limiter, err := hybrid.New(hybrid.Config{
+		Policies: []hybrid.Policy{
+			{Name: "api", Prefix: "api:", Limit: 100, Window: time.Second},
+			{Name: "login", Prefix: "login:", Algorithm: local.SlidingWindow, Limit: 5, Window: time.Minute, Mode: hybrid.Strict},
+		},
+		Syncer: fleet,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer limiter.Close() // hands the leases back
+
+	d, err := limiter.Allow("api:key-42")
+	switch {
+	case err != nil:
+		fmt.Println(err)
+	case !d.Allowed():
+		fmt.Printf("429: retry in %v\n", d.RetryAfter())
+	}
+}
+
+// A Local policy needs no fleet at all.
+func ExampleLimiter_Allow() {
+	limiter, err := hybrid.New(hybrid.Config{
+		Policies: []hybrid.Policy{{Name: "local", Mode: hybrid.Local, Limit: 2, Window: time.Minute}},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer limiter.Close()
+	for range 3 {
+		d, _ := limiter.Allow("user:1")
+		fmt.Println(d.Allowed(), d.Remaining())
+	}
+	// Output:
+	// true 1
+	// true 0
+	// false 0
+}
+
+// New names the field at fault.
+func ExampleNew_error() {
+	_, err := hybrid.New(hybrid.Config{Policies: []hybrid.Policy{{Name: "api", Limit: 100}}})
+	fmt.Println(err)
+	// Output:
+	// hybrid: Config.Policies[0] ("api"): Window is 0s; it must be positive
+}

@@ -1,0 +1,117 @@
+package hybrid
+
+import (
+	"math"
+	"sync/atomic"
+)
+
+// A key's lease is one atomic word: the high 32 bits count what the node
+// has spent on the key (wrapping), the low 32 bits hold what it may still
+// spend (its allowance). Admitting n is one compare-and-swap that takes n
+// from the allowance and adds n to spent; an admission that does not come
+// from the lease (a degraded decision) is one atomic add to spent, which
+// wraps off the top and never disturbs the allowance.
+//
+// The sync loop reads spent at the start of a sync (s0) and reports what
+// was spent since the last report. When the grant L arrives, what was
+// spent during the round trip (spent - s0) came out of the old allowance
+// but will be reported with the next sync, against the new lease; so the
+// new allowance is L - (spent - s0), and nothing is counted twice.
+
+// maxAllowance is the largest allowance a lease word holds.
+const maxAllowance = math.MaxUint32
+
+func allowanceOf(w uint64) int64 { return int64(uint32(w)) }
+func spentOf(w uint64) uint32    { return uint32(w >> 32) }
+
+// keyState is what a Limiter knows of one key. The atomic fields are
+// shared with the hot path; the rest belong to the sync loop and are
+// touched only under Limiter.syncMu.
+type keyState struct {
+	word    atomic.Uint64 // spent<<32 | allowance
+	refused atomic.Uint64 // requests refused, for the demand forecast
+	touched atomic.Bool   // used since the last sweep (Local and Strict keys)
+	early   atomic.Bool   // an early sync has been asked for
+	retired atomic.Bool   // forgotten: callers must look the key up again
+	low     atomic.Int64  // allowance below which an early sync is asked for; 0 for none
+
+	fallbackSized atomic.Bool   // the fail-static bucket is sized for this outage
+	weightBits    atomic.Uint64 // this node's share from the last grant, as float64 bits
+
+	fleetRemaining atomic.Int64 // Grant.Remaining at the last sync
+	resetAt        atomic.Int64 // when the fleet's bucket is full, on the Limiter's clock
+
+	key string
+	pol *policy
+
+	// Sync loop state.
+	reported    uint32  // spent as of the last successful report
+	spentSeen   uint32  // spent as of the last forecast
+	refusedSeen uint64  // refused as of the last forecast
+	rate        float64 // EWMA of requests offered per second
+	forecastAt  int64   // when rate was last updated
+	activeAt    int64   // when a request was last offered
+	lease       int64   // the last grant
+	expires     int64   // when it lapses
+	requested   int64   // the demand sent with the last sync
+	capped      bool    // the demand was cut to the node's equal share
+	idle        bool    // no request for an IdleTimeout
+	share       float64 // Equal shares: tokens the node's share lets it lease
+	shareAt     int64   // when share was last refilled
+	nodes       int     // active nodes, from the last grant
+	synced      bool    // a grant has been received
+	lastSync    int64   // when the key was last synced
+}
+
+// take admits n from the allowance if it holds n, returning the allowance
+// left.
+func (k *keyState) take(n int64) (left int64, ok bool) {
+	for {
+		w := k.word.Load()
+		a := allowanceOf(w)
+		if a < n {
+			return a, false
+		}
+		if k.word.CompareAndSwap(w, w-uint64(n)+uint64(n)<<32) {
+			return a - n, true
+		}
+	}
+}
+
+// spend counts n admitted outside the lease.
+func (k *keyState) spend(n int64) { k.word.Add(uint64(n) << 32) }
+
+// zero drops what is left of the allowance: a lease that lapsed.
+func (k *keyState) zero() {
+	for {
+		w := k.word.Load()
+		if k.word.CompareAndSwap(w, w&^math.MaxUint32) {
+			return
+		}
+	}
+}
+
+// give returns n to the allowance, undoing a take. Spent goes back too; if
+// a sync reported the take in between, the next sync sees spent below what
+// it reported and reports nothing until spending catches up.
+func (k *keyState) give(n int64) {
+	for {
+		w := k.word.Load()
+		a := min(allowanceOf(w)+n, maxAllowance)
+		if k.word.CompareAndSwap(w, uint64(spentOf(w)-uint32(n))<<32|uint64(a)) {
+			return
+		}
+	}
+}
+
+// grant installs a new allowance of lease, less what was spent since s0.
+func (k *keyState) grant(s0 uint32, lease int64) {
+	for {
+		w := k.word.Load()
+		a := lease - int64(spentOf(w)-s0)
+		a = max(0, min(a, maxAllowance))
+		if k.word.CompareAndSwap(w, w&^math.MaxUint32|uint64(a)) {
+			return
+		}
+	}
+}

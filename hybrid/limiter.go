@@ -1,0 +1,381 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+var (
+	// ErrNoPolicy is returned for a key that no policy matches. Add a
+	// Policy with an empty Prefix to catch every key.
+	ErrNoPolicy = errors.New("hybrid: no policy matches the key; add a Policy with an empty Prefix as the default")
+
+	// ErrKeyTooLong is returned for a key longer than Config.MaxKeyLen.
+	ErrKeyTooLong = errors.New("hybrid: key is longer than Config.MaxKeyLen")
+
+	// ErrTooManyKeys is returned for a new key when Config.MaxKeys keys
+	// are tracked and none has been idle since the last sync. Raise
+	// MaxKeys, or shorten IdleTimeout.
+	ErrTooManyKeys = errors.New("hybrid: Config.MaxKeys keys are in use; raise MaxKeys or shorten IdleTimeout")
+)
+
+// StrictDecider decides single requests in the fleet's store. Strict
+// policies need a Config.Syncer that implements it; *global.Redis does.
+type StrictDecider interface {
+	Allow(ctx context.Context, key string, limit global.Limit, n int64) (global.Decision, error)
+}
+
+var _ StrictDecider = (*global.Redis)(nil)
+
+// minShare is the floor of a node's demand for an active key, as a part of
+// its equal share of one interval's quota: enough that a node that was idle
+// holds a lease and can start at once, small enough that a fleet of idle
+// nodes holds almost nothing back.
+const minShare = 0.01
+
+// policy is a Policy ready for use.
+type policy struct {
+	Policy
+	limit    global.Limit
+	capacity int64          // Burst for a token bucket, Limit for a window
+	perSec   float64        // the fleet's quota per second
+	local    *local.Limiter // Local: the limiter; FailStatic: the fallback buckets
+}
+
+// Limiter limits requests per key across a fleet of nodes. Each key is
+// matched to a Policy once, when first seen; Hybrid keys are then decided
+// from a lease on this node's share of the fleet's quota, with one atomic
+// compare-and-swap and no allocation, while a background loop syncs the
+// leases with the fleet every Config.Interval.
+//
+// A Limiter is safe for concurrent use. Close it to hand its leases back
+// and stop its goroutine.
+type Limiter struct {
+	cfg      Config
+	clk      clock.Clock
+	epoch    time.Time // the clock's Now and Nanotime at New, read together
+	mono     int64
+	policies []*policy // longest Prefix first
+	byName   map[string]*policy
+	strict   StrictDecider
+
+	keys  sync.Map // string -> *keyState
+	nkeys atomic.Int64
+
+	degraded  atomic.Bool  // the last sync failed: decisions past the lease follow the FailMode
+	nextSync  atomic.Int64 // when the next regular sync is due
+	nodesHint atomic.Int64 // the most active nodes any grant reported
+
+	early  chan *keyState // keys whose lease runs low
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+
+	syncMu sync.Mutex // one sync at a time; guards keyState's loop fields
+	syncs  syncState
+}
+
+// New returns a Limiter for cfg, or an error naming the first field of cfg
+// that is out of range. Unless cfg.ManualSync is set, it starts the sync
+// loop; Close stops it.
+func New(cfg Config) (*Limiter, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		cfg:    cfg,
+		clk:    cfg.Clock,
+		epoch:  cfg.Clock.Now(),
+		mono:   cfg.Clock.Nanotime(),
+		byName: make(map[string]*policy, len(cfg.Policies)),
+		early:  make(chan *keyState, 256),
+	}
+	l.strict, _ = cfg.Syncer.(StrictDecider)
+	l.nodesHint.Store(1)
+	for i := range cfg.Policies {
+		p := cfg.Policies[i]
+		lim, err := checkPolicy(i, &p, cfg.Syncer)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := l.byName[p.Name]; dup {
+			return nil, fmt.Errorf("hybrid: Config.Policies[%d]: Name %q is used twice", i, p.Name)
+		}
+		pol := &policy{Policy: p, limit: lim, capacity: p.Limit, perSec: float64(p.Limit) / p.Window.Seconds()}
+		if p.Algorithm == local.TokenBucket {
+			pol.capacity = p.Burst
+		}
+		if p.Mode == Local || p.OnUnreachable == FailStatic {
+			pol.local, err = local.New(local.Config{
+				Algorithm: p.Algorithm, Limit: p.Limit, Window: p.Window, Burst: p.Burst,
+				MaxKeys: cfg.MaxKeys, MaxKeyLen: cfg.MaxKeyLen, Clock: cfg.Clock,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("hybrid: Config.Policies[%d] (%q): %w", i, p.Name, err)
+			}
+		}
+		l.byName[p.Name] = pol
+		l.policies = append(l.policies, pol)
+	}
+	sort.SliceStable(l.policies, func(i, j int) bool { return len(l.policies[i].Prefix) > len(l.policies[j].Prefix) })
+	l.syncs.rng = rand.New(rand.NewPCG(uint64(l.mono), hashString(cfg.Node)))
+	l.nextSync.Store(int64(cfg.Interval))
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	if !cfg.ManualSync {
+		l.done = make(chan struct{})
+		go l.run(ctx)
+	}
+	return l, nil
+}
+
+// Config returns the configuration the Limiter was built with, defaults
+// filled in.
+func (l *Limiter) Config() Config { return l.cfg }
+
+// now is the Limiter's time: nanoseconds since New.
+func (l *Limiter) now() int64 { return l.clk.Nanotime() - l.mono }
+
+// at converts a wall time to the Limiter's time.
+func (l *Limiter) at(t time.Time) int64 { return int64(t.Sub(l.epoch)) }
+
+// noTime asks the decision to read the clock only if it needs to.
+const noTime = math.MinInt64
+
+// Allow reports whether one request for key may happen now. It is
+// shorthand for AllowN(key, 1).
+func (l *Limiter) Allow(key string) (Decision, error) { return l.allow(key, noTime, 1) }
+
+// AllowN reports whether n requests for key may happen now, and takes them
+// if so. A cost n <= 0 takes nothing and is admitted.
+//
+// An error means the key could not be decided at all: it is too long,
+// matches no policy, or would pass MaxKeys. A fleet that cannot be reached
+// is not an error; the policy's FailMode decides and the Decision says it
+// is Degraded.
+func (l *Limiter) AllowN(key string, n int) (Decision, error) {
+	return l.allow(key, noTime, int64(n))
+}
+
+// AllowNAt is AllowN at time t, for callers that already read the clock.
+// Only Local policies decide by it; Hybrid and Strict decisions depend on
+// what the fleet granted, and t only dates their estimates.
+func (l *Limiter) AllowNAt(key string, t time.Time, n int) (Decision, error) {
+	return l.allow(key, l.at(t), int64(n))
+}
+
+func (l *Limiter) allow(key string, now, n int64) (Decision, error) {
+	v, ok := l.keys.Load(key)
+	if !ok {
+		return l.allowNew(key, now, n)
+	}
+	return l.decide(v.(*keyState), now, n)
+}
+
+func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
+	if k.pol.Mode != Hybrid {
+		return l.decideOther(k, now, n)
+	}
+	if now == noTime {
+		now = l.now()
+	}
+	if left, ok := k.take(max(n, 0)); ok {
+		if left < k.low.Load() {
+			l.askEarly(k)
+		}
+		return Decision{
+			limit:      k.pol.capacity,
+			remaining:  k.fleetRemaining.Load() + left,
+			resetAfter: time.Duration(max(0, k.resetAt.Load()-now)),
+		}, nil
+	}
+	return l.short(k, now, n)
+}
+
+// short decides a Hybrid request the lease cannot cover.
+func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
+	if k.retired.Load() {
+		return l.allow(k.key, now, n)
+	}
+	d := Decision{limit: k.pol.capacity, resetAfter: time.Duration(max(0, k.resetAt.Load()-now))}
+	if n > k.pol.capacity {
+		d.retryAfter = Never
+		return d, nil
+	}
+	if l.degraded.Load() {
+		return l.failed(k, now, n), nil
+	}
+	k.refused.Add(uint64(n))
+	if k.low.Load() > 0 {
+		l.askEarly(k)
+	}
+	d.remaining = k.fleetRemaining.Load() + allowanceOf(k.word.Load())
+	d.retryAfter = l.retryAfter(now)
+	return d, nil
+}
+
+// retryAfter is how long until the next regular sync brings a new lease.
+func (l *Limiter) retryAfter(now int64) time.Duration {
+	return time.Duration(max(l.nextSync.Load()-now, int64(l.cfg.Interval/16), 1))
+}
+
+// failed decides, by the policy's FailMode, a request that neither the
+// lease nor the fleet can answer.
+func (l *Limiter) failed(k *keyState, now, n int64) Decision {
+	switch k.pol.OnUnreachable {
+	case FailOpen:
+		k.spend(n)
+		return Decision{limit: ^k.pol.capacity, remaining: k.pol.capacity}
+	case FailClosed:
+		return Decision{limit: ^k.pol.capacity, retryAfter: l.retryAfter(now)}
+	}
+	l.sizeFallback(k)
+	var r local.Result
+	if now == noTime {
+		r, _ = k.pol.local.AllowN(k.key, int(n))
+	} else {
+		r, _ = k.pol.local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
+	}
+	if r.Allowed() && n > 0 {
+		k.spend(n)
+	}
+	return fromLocal(r, true)
+}
+
+// share is the part of the fleet's quota this node counts as its own when
+// it must decide alone: its last granted weight, or an equal part of the
+// largest fleet it has seen.
+func (l *Limiter) share(weight float64) float64 {
+	if weight > 0 {
+		return weight
+	}
+	return 1 / float64(l.nodesHint.Load())
+}
+
+// decideOther decides for Local and Strict keys.
+func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
+	if !k.touched.Load() {
+		k.touched.Store(true)
+	}
+	if k.pol.Mode == Local {
+		var r local.Result
+		var err error
+		if now == noTime {
+			r, err = k.pol.local.AllowN(k.key, int(n))
+		} else {
+			r, err = k.pol.local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
+		}
+		return fromLocal(r, false), err
+	}
+	if n <= 0 {
+		return Decision{limit: k.pol.capacity}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.StrictTimeout)
+	g, err := l.strict.Allow(ctx, k.key, k.pol.limit, n)
+	cancel()
+	switch {
+	case err == nil:
+		d := Decision{limit: k.pol.capacity, remaining: g.Remaining, retryAfter: g.RetryAfter, resetAfter: g.ResetAfter}
+		if g.RetryAfter < 0 {
+			d.retryAfter = Never
+		}
+		return d, nil
+	case errors.Is(err, global.ErrInvalid):
+		return Decision{}, err
+	}
+	if now == noTime {
+		now = l.now()
+	}
+	return l.failed(k, now, n), nil
+}
+
+// sizeFallback sizes k's fail-static bucket to this node's share, once per
+// outage.
+func (l *Limiter) sizeFallback(k *keyState) {
+	if k.fallbackSized.Load() || k.pol.local == nil {
+		return
+	}
+	w := l.share(math.Float64frombits(k.weightBits.Load()))
+	limit := max(1, int64(w*float64(k.pol.Limit)))
+	burst := max(1, int64(w*float64(k.pol.Burst)))
+	if k.pol.Algorithm != local.TokenBucket {
+		burst = 0
+	}
+	_ = k.pol.local.SetLimit(k.key, limit, burst) // the key passed MaxKeyLen and the policy checks
+	k.fallbackSized.Store(true)
+}
+
+// allowNew resolves a key seen for the first time and decides for it.
+func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
+	if len(key) > l.cfg.MaxKeyLen {
+		return Decision{}, ErrKeyTooLong
+	}
+	pol := l.resolve(key)
+	if pol == nil {
+		return Decision{}, ErrNoPolicy
+	}
+	if l.nkeys.Load() >= int64(l.cfg.MaxKeys) && !l.makeRoom() {
+		return Decision{}, ErrTooManyKeys
+	}
+	k := &keyState{key: key, pol: pol}
+	if pol.Mode == Hybrid {
+		// Until its first grant, a new key may spend a starter credit
+		// of the floor lease. It is charged to the fleet at the first
+		// sync, so a node that joins never gets a fresh full quota.
+		k.word.Store(uint64(l.floor(pol, 0)))
+		t := l.now()
+		k.activeAt, k.forecastAt, k.lastSync = t, t, t-int64(l.cfg.Interval)
+	}
+	v, loaded := l.keys.LoadOrStore(key, k)
+	if !loaded {
+		l.nkeys.Add(1)
+		if pol.Mode == Hybrid {
+			l.askEarly(k)
+		}
+	}
+	return l.decide(v.(*keyState), now, n)
+}
+
+// resolve finds key's policy.
+func (l *Limiter) resolve(key string) *policy {
+	if l.cfg.Resolve != nil {
+		if name := l.cfg.Resolve(key); name != "" {
+			return l.byName[name]
+		}
+	}
+	for _, p := range l.policies {
+		if strings.HasPrefix(key, p.Prefix) {
+			return p
+		}
+	}
+	return nil
+}
+
+// askEarly asks the sync loop for an early sync of k, without waiting.
+func (l *Limiter) askEarly(k *keyState) {
+	if l.cfg.ManualSync || k.early.Load() || !k.early.CompareAndSwap(false, true) {
+		return
+	}
+	select {
+	case l.early <- k:
+	default: // the loop is busy; the regular sync will do
+	}
+}
+
+// Len returns the number of keys the Limiter tracks.
+func (l *Limiter) Len() int { return int(l.nkeys.Load()) }

@@ -1,0 +1,417 @@
+package hybrid_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// scripted is a Syncer for unit tests of the hybrid logic: it records each
+// Request and answers with grants from a per-key pool, or with err.
+type scripted struct {
+	mu    sync.Mutex
+	reqs  []global.Request
+	pool  map[string]int64 // tokens left to lease, per key
+	nodes int
+	err   error
+}
+
+func newScripted(pool int64, keys ...string) *scripted {
+	s := &scripted{pool: map[string]int64{}, nodes: 1}
+	for _, k := range keys {
+		s.pool[k] = pool
+	}
+	return s
+}
+
+func (s *scripted) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cp := *req
+	cp.Keys = append([]global.Usage(nil), req.Keys...)
+	s.reqs = append(s.reqs, cp)
+	if s.err != nil {
+		return nil, s.err
+	}
+	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+	for i, u := range req.Keys {
+		g := min(u.Demand, s.pool[u.Key])
+		s.pool[u.Key] -= g
+		resp.Grants[i] = global.Grant{Lease: g, TTL: 2 * req.Interval, Remaining: s.pool[u.Key], Nodes: s.nodes, Weight: 1 / float64(s.nodes)}
+	}
+	return resp, nil
+}
+
+func (s *scripted) last() global.Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.reqs[len(s.reqs)-1]
+	return r.Keys[len(r.Keys)-1]
+}
+
+func (s *scripted) set(err error, nodes int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err, s.nodes = err, nodes
+}
+
+var epoch = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+// stepped returns a Limiter on a manual clock whose syncs the test drives.
+func stepped(t *testing.T, s global.Syncer, shares global.Shares, policies ...hybrid.Policy) (*hybrid.Limiter, *clock.Manual) {
+	t.Helper()
+	clk := clock.NewManual(epoch)
+	if len(policies) == 0 {
+		policies = []hybrid.Policy{{Name: "api", Limit: 1000, Window: time.Second}}
+	}
+	l, err := hybrid.New(hybrid.Config{
+		Node: "n1", Policies: policies, Syncer: s, Shares: shares,
+		Interval: 100 * time.Millisecond, ManualSync: true, Clock: clk,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l, clk
+}
+
+func admit(t *testing.T, l *hybrid.Limiter, key string, n int) int {
+	t.Helper()
+	ok := 0
+	for range n {
+		d, err := l.Allow(key)
+		require.NoError(t, err)
+		if d.Allowed() {
+			ok++
+		}
+	}
+	return ok
+}
+
+// TestLeaseAccounting steps one node through its first syncs and checks
+// every number it reports and every allowance it installs.
+func TestLeaseAccounting(t *testing.T) {
+	t.Parallel()
+	s := newScripted(1_000_000, "k")
+	l, clk := stepped(t, s, global.DemandWeighted)
+	ctx := context.Background()
+
+	// A new key starts with the starter credit: 1% of one interval's
+	// quota (1000/s * 100ms = 100) over one node: 1 token.
+	assert.Equal(t, 1, admit(t, l, "k", 5))
+
+	// The first sync reports the credit spent as consumption, and a
+	// demand of 1.5x the offered rate: 5 offered over a quarter-interval
+	// floor of 25ms = 200/s, *0.1 s *1.5 = 30.
+	clk.Advance(10 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(ctx))
+	u := s.last()
+	assert.Equal(t, global.Usage{Key: "k", Limit: global.Limit{Limit: 1000, Window: time.Second, Burst: 1000}, Consumed: 1, Demand: 30}, u)
+	assert.Equal(t, 30, admit(t, l, "k", 40), "the lease of 30 is the allowance")
+
+	// The next report carries the 30 consumed.
+	clk.Advance(90 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(ctx))
+	assert.Equal(t, int64(30), s.last().Consumed)
+}
+
+// TestGrantDuringRoundTrip checks that what is spent while a sync is in
+// flight comes out of the new lease: the syncer spends on the node's
+// behalf before it answers.
+func TestGrantDuringRoundTrip(t *testing.T) {
+	t.Parallel()
+	var l *hybrid.Limiter
+	inner := newScripted(1_000_000, "k")
+	spent := 0
+	s := syncFunc(func(ctx context.Context, req *global.Request) (*global.Response, error) {
+		spent += admit(t, l, "k", 3) // admitted from the old allowance
+		return inner.Sync(ctx, req)
+	})
+	l, clk := stepped(t, s, global.DemandWeighted)
+	ctx := context.Background()
+	admit(t, l, "k", 100)
+	clk.Advance(100 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(ctx)) // no allowance left: nothing spent inside
+	require.Equal(t, 0, spent)
+	require.Equal(t, int64(150), inner.last().Demand) // 1000/s * 0.1 s * 1.5
+	require.Equal(t, 100, admit(t, l, "k", 100))
+	clk.Advance(100 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(ctx)) // 3 spent inside, from the old allowance
+	require.Equal(t, 3, spent)
+	assert.Equal(t, int64(100), inner.last().Consumed, "the 3 spent inside the round trip wait for the next report")
+	lease := inner.last().Demand
+	assert.Equal(t, int(lease-3), admit(t, l, "k", int(lease)), "the 3 came out of the new lease")
+	clk.Advance(100 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(ctx))
+	assert.Equal(t, lease, inner.last().Consumed, "3 + (lease - 3): reported once, not twice")
+}
+
+type syncFunc func(context.Context, *global.Request) (*global.Response, error)
+
+func (f syncFunc) Sync(ctx context.Context, req *global.Request) (*global.Response, error) {
+	return f(ctx, req)
+}
+
+// TestDemandShares checks the demand a node asks for under each strategy:
+// DemandWeighted asks for its forecast with headroom, Equal caps it at what
+// a bucket of 1/N of the rate and burst holds, and both keep a floor.
+func TestDemandShares(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		shares  global.Shares
+		nodes   int
+		offered int // per 100ms interval
+		want    int64
+	}{
+		// 400 offered per interval = 4000/s; *0.1 s *1.5 = 600, up to
+		// the burst of 1000.
+		{"weighted", global.DemandWeighted, 4, 400, 600},
+		// Equal: the first lease may take the node's share of the
+		// burst, 1000/4 = 250; once that is spent it gets its share of
+		// the refill, 1000/s * 0.1 s / 4 nodes = 25 per interval.
+		{"equal", global.Equal, 4, 400, 25},
+		{"equal-under-share", global.Equal, 4, 10, 15},
+		// Idle for an interval: the forecast decays but the floor, 1%
+		// of 100/4 rounded up, stays.
+		{"weighted-idle", global.DemandWeighted, 4, 0, 1},
+		{"weighted-capped-at-burst", global.DemandWeighted, 1, 1000, 1000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newScripted(1_000_000, "k")
+			s.set(nil, tt.nodes)
+			l, clk := stepped(t, s, tt.shares)
+			ctx := context.Background()
+			if tt.offered == 0 {
+				admit(t, l, "k", 1)
+			}
+			// The first sync seeds the forecast with the first
+			// interval's rate; the same rate after it keeps it exact.
+			for range 4 {
+				admit(t, l, "k", tt.offered)
+				clk.Advance(100 * time.Millisecond)
+				require.NoError(t, l.SyncOnce(ctx))
+			}
+			if tt.offered == 0 {
+				clk.Advance(5 * time.Second) // the forecast decays to nothing
+				require.NoError(t, l.SyncOnce(ctx))
+			}
+			assert.Equal(t, tt.want, s.last().Demand)
+		})
+	}
+}
+
+// TestFailModes cuts the fleet off and checks each FailMode: the lease is
+// spent first, then FailStatic limits to the node's share, FailOpen admits,
+// FailClosed refuses; and all of it is reported once the fleet is back.
+func TestFailModes(t *testing.T) {
+	t.Parallel()
+	unreachable := fmt.Errorf("dial: %w", global.ErrUnreachable)
+	tests := []struct {
+		mode hybrid.FailMode
+		want int // admitted of 100 once the lease has lapsed
+	}{
+		// Share 1/4 of limit 100 per second, burst 100: 25 at once.
+		{hybrid.FailStatic, 25},
+		{hybrid.FailOpen, 100},
+		{hybrid.FailClosed, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			t.Parallel()
+			s := newScripted(1_000_000, "k")
+			s.set(nil, 4)
+			l, clk := stepped(t, s, global.DemandWeighted,
+				hybrid.Policy{Name: "api", Limit: 100, Window: time.Second, OnUnreachable: tt.mode})
+			ctx := context.Background()
+			admit(t, l, "k", 1)
+			clk.Advance(100 * time.Millisecond)
+			require.NoError(t, l.SyncOnce(ctx))
+			lease := s.last().Demand
+
+			s.set(unreachable, 4)
+			clk.Advance(100 * time.Millisecond)
+			require.ErrorIs(t, l.SyncOnce(ctx), global.ErrUnreachable)
+			// The lease stands until it lapses: it is spent first.
+			d, err := l.Allow("k")
+			require.NoError(t, err)
+			assert.True(t, d.Allowed())
+			assert.False(t, d.Degraded(), "spent from the lease")
+			got := admit(t, l, "k", int(lease)-1)
+			assert.Equal(t, int(lease)-1, got)
+
+			clk.Advance(200 * time.Millisecond) // past the 2-interval TTL
+			require.Error(t, l.SyncOnce(ctx))
+			n := 0
+			for range 100 {
+				d, err := l.Allow("k")
+				require.NoError(t, err)
+				assert.True(t, d.Degraded())
+				if d.Allowed() {
+					n++
+				}
+			}
+			assert.Equal(t, tt.want, n)
+
+			s.set(nil, 4)
+			clk.Advance(100 * time.Millisecond)
+			require.NoError(t, l.SyncOnce(ctx))
+			assert.Equal(t, lease+int64(tt.want), s.last().Consumed, "the outage's consumption is reported after the heal")
+			d, err = l.Allow("k")
+			require.NoError(t, err)
+			assert.False(t, d.Degraded())
+		})
+	}
+}
+
+// TestCloseFlushes checks that Close reports the last consumption and
+// hands the lease back (demand 0).
+func TestCloseFlushes(t *testing.T) {
+	t.Parallel()
+	s := newScripted(1_000_000, "k")
+	l, clk := stepped(t, s, global.DemandWeighted)
+	admit(t, l, "k", 100)
+	clk.Advance(100 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(context.Background()))
+	require.Equal(t, 7, admit(t, l, "k", 7))
+	require.NoError(t, l.Close())
+	assert.Equal(t, int64(7), s.last().Consumed)
+	assert.Equal(t, int64(0), s.last().Demand)
+	require.NoError(t, l.Close(), "Close twice is harmless")
+}
+
+func TestPolicyResolution(t *testing.T) {
+	t.Parallel()
+	s := newScripted(1_000_000)
+	clk := clock.NewManual(epoch)
+	resolved := map[string]int{}
+	var mu sync.Mutex
+	l, err := hybrid.New(hybrid.Config{
+		Policies: []hybrid.Policy{
+			{Name: "default", Mode: hybrid.Local, Limit: 1, Window: time.Hour},
+			{Name: "user", Prefix: "user:", Mode: hybrid.Local, Limit: 2, Window: time.Hour},
+			{Name: "vip", Prefix: "user:vip:", Mode: hybrid.Local, Limit: 3, Window: time.Hour},
+			{Name: "named", Mode: hybrid.Local, Prefix: "\x00never", Limit: 4, Window: time.Hour},
+		},
+		Resolve: func(key string) string {
+			mu.Lock()
+			defer mu.Unlock()
+			resolved[key]++
+			if strings.HasSuffix(key, "!") {
+				return "named"
+			}
+			return ""
+		},
+		Syncer: s, ManualSync: true, Clock: clk,
+	})
+	require.NoError(t, err)
+	defer l.Close()
+	for key, want := range map[string]int{"x": 1, "user:1": 2, "user:vip:1": 3, "user:!": 4} {
+		assert.Equal(t, want, admit(t, l, key, 10), key)
+		d, err := l.Allow(key)
+		require.NoError(t, err)
+		assert.Equal(t, int64(want), d.Limit(), key)
+		assert.Equal(t, 1, resolved[key], "resolved once per key, not per call: %s", key)
+	}
+}
+
+func TestNoPolicyAndBadKeys(t *testing.T) {
+	t.Parallel()
+	l, err := hybrid.New(hybrid.Config{
+		Policies:  []hybrid.Policy{{Name: "user", Prefix: "user:", Mode: hybrid.Local, Limit: 1, Window: time.Second}},
+		MaxKeyLen: 8, MaxKeys: 2, ManualSync: true,
+	})
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.Allow("other")
+	assert.ErrorIs(t, err, hybrid.ErrNoPolicy)
+	_, err = l.Allow("user:123456789")
+	assert.ErrorIs(t, err, hybrid.ErrKeyTooLong)
+	_, err = l.Allow("user:1")
+	require.NoError(t, err)
+	_, err = l.Allow("user:2")
+	require.NoError(t, err)
+	_, err = l.Allow("user:3")
+	assert.ErrorIs(t, err, hybrid.ErrTooManyKeys, "both keys were used since the last sweep")
+	d, err := l.AllowN("user:1", 0)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed(), "n = 0 takes nothing")
+}
+
+func TestNeverAdmissible(t *testing.T) {
+	t.Parallel()
+	l, _ := stepped(t, newScripted(1_000_000, "k"), global.DemandWeighted)
+	d, err := l.AllowN("k", 1001)
+	require.NoError(t, err)
+	assert.Equal(t, hybrid.Never, d.RetryAfter())
+	assert.Error(t, l.WaitN(context.Background(), "k", 1001))
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	ok := hybrid.Policy{Name: "p", Limit: 10, Window: time.Second}
+	s := newScripted(0)
+	tests := []struct {
+		name string
+		cfg  hybrid.Config
+		want string
+	}{
+		{"no policies", hybrid.Config{Syncer: s}, "Config.Policies is empty"},
+		{"interval", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Interval: time.Microsecond}, "Config.Interval"},
+		{"sync timeout", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, SyncTimeout: -1}, "Config.SyncTimeout"},
+		{"strict timeout", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, StrictTimeout: -1}, "Config.StrictTimeout"},
+		{"shares", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Shares: 7}, "Config.Shares"},
+		{"idle", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, IdleTimeout: time.Millisecond}, "Config.IdleTimeout"},
+		{"max keys", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, MaxKeys: -1}, "Config.MaxKeys"},
+		{"max key len", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, MaxKeyLen: -1}, "Config.MaxKeyLen"},
+		{"name", hybrid.Config{Policies: []hybrid.Policy{{Limit: 1, Window: time.Second}}, Syncer: s}, "Policies[0]: Name is empty"},
+		{"dup", hybrid.Config{Policies: []hybrid.Policy{ok, ok}, Syncer: s}, `Policies[1]: Name "p" is used twice`},
+		{"mode", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Mode: 9, Limit: 1, Window: time.Second}}, Syncer: s}, "Mode 9"},
+		{"fail mode", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", OnUnreachable: 9, Limit: 1, Window: time.Second}}, Syncer: s}, "OnUnreachable 9"},
+		{"limit", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Window: time.Second}}, Syncer: s}, `Policies[0] ("p"): Limit is 0`},
+		{"window", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Limit: 1}}, Syncer: s}, "Window is 0s"},
+		{"short window", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Limit: 1, Window: time.Microsecond}}, Syncer: s}, "needs at least 1ms"},
+		{"burst", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Limit: 1, Window: time.Second, Burst: -1}}, Syncer: s}, "Burst is -1"},
+		{"rate and limit", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Rate: 5, Limit: 1, Burst: 1}}, Syncer: s}, "Rate is set, so Limit and Window must be zero"},
+		{"rate burst", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Rate: 5}}, Syncer: s}, "Burst is 0; it must be at least 1 when Rate is set"},
+		{"rate nan", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Rate: -1, Burst: 1}}, Syncer: s}, "Rate is -1"},
+		{"local only alg", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Algorithm: local.SlidingLog, Limit: 1, Window: time.Second}}, Syncer: s}, "Algorithm slidinglog is local only"},
+		{"no syncer", hybrid.Config{Policies: []hybrid.Policy{ok}}, "Mode hybrid needs Config.Syncer"},
+		{"strict no decider", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Mode: hybrid.Strict, Limit: 1, Window: time.Second}}, Syncer: s}, "implements StrictDecider"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l, err := hybrid.New(tt.cfg)
+			require.Error(t, err)
+			assert.Nil(t, l)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+// TestRatePolicy checks that a Rate policy leases as its Limit per Window
+// would.
+func TestRatePolicy(t *testing.T) {
+	t.Parallel()
+	s := newScripted(0, "k")
+	l, clk := stepped(t, s, global.Equal, hybrid.Policy{Name: "r", Rate: 2000, Burst: 50})
+	admit(t, l, "k", 1000)
+	clk.Advance(100 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(context.Background()))
+	// Offered 10000/s: 1500 per interval with headroom, cut to one
+	// node's equal share of 2000/s * 100 ms = 200, then to the burst.
+	assert.Equal(t, int64(50), s.last().Demand)
+	assert.Equal(t, global.Limit{Limit: 2_000_000, Window: 1000 * time.Second, Burst: 50}, s.last().Limit)
+}

@@ -1,0 +1,123 @@
+package hybrid_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// fleet starts n Limiters, each with its own Redis client, sharing s.
+func fleet(t *testing.T, s *redistest.Server, n int, shares global.Shares, p hybrid.Policy) []*hybrid.Limiter {
+	t.Helper()
+	nodes := make([]*hybrid.Limiter, n)
+	for i := range nodes {
+		l, err := hybrid.New(hybrid.Config{
+			Node: fmt.Sprintf("node-%d", i), Policies: []hybrid.Policy{p},
+			Syncer: redisSyncer(t, s), Shares: shares, Interval: 100 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, l.Close()) })
+		nodes[i] = l
+	}
+	return nodes
+}
+
+// TestFleetAccuracy offers four nodes sharing one real Redis twice the
+// limit for several seconds, uniformly and then with one node taking 80%
+// of the traffic, and compares what they admit with the limit and with an
+// ideal single limiter fed the same arrivals.
+func TestFleetAccuracy(t *testing.T) {
+	t.Parallel()
+	const (
+		limit  = 1000
+		window = time.Second
+		run    = 4 * time.Second
+	)
+	bucket := hybrid.Policy{Name: "api", Limit: limit, Window: window}
+	sliding := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: limit, Window: window}
+	tests := []struct {
+		name   string
+		policy hybrid.Policy
+		burst  int // what the policy may admit at once beyond its rate
+		shares global.Shares
+		rates  []float64 // offered per node, per second
+		// minIdeal is the least part of the ideal limiter's admissions
+		// the fleet must reach; 0 only reports it.
+		minIdeal float64
+	}{
+		{"uniform/demandweighted", bucket, limit, global.DemandWeighted, []float64{500, 500, 500, 500}, 0.95},
+		{"uniform/equal", bucket, limit, global.Equal, []float64{500, 500, 500, 500}, 0.95},
+		{"skewed/demandweighted", bucket, limit, global.DemandWeighted, []float64{1600, 400.0 / 3, 400.0 / 3, 400.0 / 3}, 0.95},
+		{"skewed/equal", bucket, limit, global.Equal, []float64{1600, 400.0 / 3, 400.0 / 3, 400.0 / 3}, 0},
+		{"uniform/slidingwindow", sliding, 0, global.DemandWeighted, []float64{500, 500, 500, 500}, 0.95},
+	}
+	srv := redistest.StartServer(t)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			key := fmt.Sprintf("acc:%d", i)
+			nodes := fleet(t, srv, 4, tt.shares, tt.policy)
+			r := runFleet(t, nodes, key, tt.rates, run)
+			ideal := r.ideal(t, tt.policy)
+			peak := r.maxInWindow(window)
+			got := len(r.admitted)
+			t.Logf("%s: offered %d, admitted %d (per node %v), ideal %d: %.1f%% of ideal; busiest %v window %d (limit %d + burst %d)",
+				tt.name, len(r.offered), got, r.perNode, ideal, 100*float64(got)/float64(ideal), window, peak, limit, tt.burst)
+			bound, surplus := limit*1.01+float64(tt.burst), 1.01
+			if tt.policy.Algorithm == local.SlidingWindow {
+				// Known gap: a lease granted late in window w is
+				// counted in w but may be spent early in w+1, so an
+				// aligned window can take up to one interval's quota
+				// more than the limit (documented bound: Limit *
+				// (1 + Interval/Window)), and the estimate over two
+				// windows discounts it. Measured here: aligned peak
+				// 1000-1041, total 96-105% of the ideal counter; see
+				// docs/architecture.md.
+				aligned := r.maxAligned(window)
+				t.Logf("%s: busiest aligned window %d", tt.name, aligned)
+				peak, bound, surplus = aligned, limit*(1+0.1), 1.08
+			}
+			assert.LessOrEqual(t, float64(peak), bound, "admitted in one window")
+			assert.LessOrEqual(t, float64(got), float64(ideal)*surplus, "admitted overall")
+			if tt.minIdeal > 0 {
+				assert.GreaterOrEqual(t, float64(got), tt.minIdeal*float64(ideal), "part of the ideal admitted")
+			}
+		})
+	}
+}
+
+// TestEarlySync checks that a key whose lease runs low is refilled in the
+// background long before the next regular sync: with a 10 s interval, a
+// new key has only its starter credit until an early sync leases more.
+func TestEarlySync(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	l, err := hybrid.New(hybrid.Config{
+		Node:     "early",
+		Policies: []hybrid.Policy{{Name: "api", Limit: 100_000, Window: time.Second}},
+		Syncer:   redisSyncer(t, srv), Interval: 10 * time.Second,
+	})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Close()) }()
+	admitted := 0
+	deadline := time.Now().Add(2 * time.Second)
+	for admitted < 30_000 && time.Now().Before(deadline) {
+		d, err := l.Allow("k")
+		require.NoError(t, err)
+		if d.Allowed() {
+			admitted++
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// The starter credit is 1% of one interval's quota: 10,000.
+	assert.GreaterOrEqual(t, admitted, 30_000, "early syncs refilled the lease")
+}

@@ -1,0 +1,385 @@
+package hybrid
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+// headroom is how much more than its forecast a node asks to lease, so
+// that ordinary jitter in its traffic does not run the lease dry before
+// the next sync.
+const headroom = 1.5
+
+// syncState is the sync loop's scratch space, reused across syncs under
+// Limiter.syncMu.
+type syncState struct {
+	rng       *rand.Rand
+	req       global.Request
+	batch     []*keyState
+	marks     []mark
+	lastSweep int64
+	lastRoom  int64
+}
+
+// mark is what a sync read from a key's counters when it started.
+type mark struct {
+	s0      uint32 // spent
+	refused uint64
+}
+
+// SyncOnce reports every active Hybrid key's consumption to the fleet and
+// installs the leases it grants, in one call to the Syncer. The background
+// loop calls it every Interval; with Config.ManualSync the caller does.
+//
+// An error means the fleet was not reached (or answered nonsense): leases
+// stand until they lapse, then each policy's FailMode decides, and what was
+// consumed meanwhile is reported by the next SyncOnce that succeeds.
+func (l *Limiter) SyncOnce(ctx context.Context) error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	now := l.now()
+	l.nextSync.Store(now + int64(l.cfg.Interval))
+	return l.syncBatch(ctx, now, l.collect(now), false)
+}
+
+// collect gathers the Hybrid keys to sync, and forgets Local and Strict
+// keys unused for an IdleTimeout.
+func (l *Limiter) collect(now int64) []*keyState {
+	s := &l.syncs
+	sweep := now-s.lastSweep >= int64(l.cfg.IdleTimeout)
+	if sweep {
+		s.lastSweep = now
+	}
+	s.batch = s.batch[:0]
+	l.keys.Range(func(_, v any) bool {
+		k := v.(*keyState)
+		switch {
+		case k.pol.Mode == Hybrid:
+			s.batch = append(s.batch, k)
+		case sweep && !k.touched.Load():
+			l.forget(k)
+		case sweep:
+			k.touched.Store(false)
+		}
+		return true
+	})
+	return s.batch
+}
+
+// forget removes k; a caller still holding it sees it retired and looks
+// the key up again.
+func (l *Limiter) forget(k *keyState) {
+	k.retired.Store(true)
+	if l.keys.CompareAndDelete(k.key, k) {
+		l.nkeys.Add(-1)
+	}
+}
+
+// makeRoom forgets keys that are idle, at most once per Interval, and
+// reports whether there is room for a new key.
+func (l *Limiter) makeRoom() bool {
+	if !l.syncMu.TryLock() {
+		return false
+	}
+	defer l.syncMu.Unlock()
+	now := l.now()
+	if now-l.syncs.lastRoom >= int64(l.cfg.Interval) {
+		l.syncs.lastRoom = now
+		l.keys.Range(func(_, v any) bool {
+			k := v.(*keyState)
+			if k.pol.Mode != Hybrid {
+				if !k.touched.Load() {
+					l.forget(k)
+				}
+				k.touched.Store(false)
+			} else if w := k.word.Load(); spentOf(w) == k.reported && allowanceOf(w) == 0 && k.synced && k.lease == 0 {
+				l.forget(k)
+			}
+			return true
+		})
+	}
+	return l.nkeys.Load() < int64(l.cfg.MaxKeys)
+}
+
+// syncBatch syncs batch. Closing hands every lease back.
+func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, closing bool) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	s := &l.syncs
+	req := &s.req
+	req.Node, req.Interval, req.Shares = l.cfg.Node, l.cfg.Interval, l.cfg.Shares
+	req.Keys, s.marks = req.Keys[:0], s.marks[:0]
+	for _, k := range batch {
+		m := mark{s0: spentOf(k.word.Load()), refused: k.refused.Load()}
+		consumed := int64(0)
+		if d := int32(m.s0 - k.reported); d > 0 {
+			consumed = int64(d)
+		}
+		l.forecast(k, now, m)
+		demand := int64(0)
+		if !closing {
+			demand = l.demand(k, now, consumed)
+		}
+		k.requested = demand
+		req.Keys = append(req.Keys, global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: consumed, Demand: demand})
+		s.marks = append(s.marks, m)
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+	resp, err := l.cfg.Syncer.Sync(ctx, req)
+	cancel()
+	if err == nil && len(resp.Grants) != len(batch) {
+		err = fmt.Errorf("hybrid: the syncer returned %d grants for %d keys", len(resp.Grants), len(batch))
+	}
+	if err != nil {
+		l.unreached(now, batch)
+		return err
+	}
+	l.degraded.Store(false)
+	after := l.now()
+	for i, k := range batch {
+		l.settle(k, after, s.marks[i], &resp.Grants[i], closing)
+	}
+	return nil
+}
+
+// forecast updates k's demand estimate: an exponentially weighted moving
+// average of the requests offered (admitted or not) per second, with a
+// time constant of two intervals.
+func (l *Limiter) forecast(k *keyState, now int64, m mark) {
+	offered := float64(int32(m.s0-k.spentSeen)) + float64(m.refused-k.refusedSeen)
+	k.spentSeen, k.refusedSeen = m.s0, m.refused
+	dt := now - k.forecastAt
+	if dt <= 0 {
+		return
+	}
+	k.forecastAt = now
+	if offered > 0 {
+		k.activeAt = now
+	}
+	interval := float64(l.cfg.Interval)
+	sample := max(offered, 0) * 1e9 / max(float64(dt), interval/4)
+	if !k.synced {
+		k.rate = max(k.rate, sample)
+		return
+	}
+	alpha := 1 - math.Exp(-float64(dt)/(2*interval))
+	k.rate += alpha * (sample - k.rate)
+}
+
+// demand is what k asks to lease for the next interval; consumed is what
+// it reports spent since the last sync.
+func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
+	k.capped = false
+	k.idle = now-k.activeAt > int64(l.cfg.IdleTimeout)
+	if k.idle {
+		return 0
+	}
+	d := max(ceil(k.rate*l.cfg.Interval.Seconds()*headroom), l.floor(k.pol, k.nodes))
+	if l.cfg.Shares == global.Equal {
+		if c := l.entitled(k, now, consumed); d > c {
+			d, k.capped = c, true
+		}
+	}
+	return min(d, k.pol.capacity, maxAllowance)
+}
+
+// entitled is what an Equal share lets k lease now. The share is metered
+// as a token bucket of 1/N of the policy's rate and capacity: leases take
+// from it, what a lease left unspent comes back.
+func (l *Limiter) entitled(k *keyState, now, consumed int64) int64 {
+	n := l.nodesOr(k.nodes)
+	capacity := max(1, float64(k.pol.capacity)/n)
+	if k.shareAt == 0 {
+		k.share = capacity
+	} else {
+		k.share += k.pol.perSec / n * float64(now-k.shareAt) / 1e9
+		k.share += float64(max(0, k.lease-consumed))
+	}
+	k.share = min(k.share, capacity)
+	k.shareAt = now
+	return int64(k.share)
+}
+
+// quota is the fleet's quota for one interval.
+func (l *Limiter) quota(p *policy) float64 { return p.perSec * l.cfg.Interval.Seconds() }
+
+// nodesOr returns n, or the largest fleet seen if n is unknown.
+func (l *Limiter) nodesOr(n int) float64 {
+	if n > 0 {
+		return float64(n)
+	}
+	return float64(l.nodesHint.Load())
+}
+
+// floor is the least an active key asks for, and a new key's starter
+// credit.
+func (l *Limiter) floor(p *policy, nodes int) int64 {
+	return min(max(1, ceil(minShare*l.quota(p)/l.nodesOr(nodes))), p.capacity)
+}
+
+// ceil rounds x up to a whole number of tokens, ignoring the last few
+// bits of floating-point error so that 400.00000000000006 is 400.
+func ceil(x float64) int64 {
+	if x >= maxAllowance {
+		return maxAllowance
+	}
+	return int64(math.Ceil(x - 1e-9*max(1, x)))
+}
+
+// settle installs one key's grant.
+func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closing bool) {
+	k.early.Store(false)
+	k.lastSync = now
+	if g.Err != nil {
+		// The fleet refused this key's report; the same report would be
+		// refused again, so it is dropped and the key spends only what
+		// it holds.
+		k.reported = m.s0
+		return
+	}
+	if int32(m.s0-k.reported) > 0 {
+		k.reported = m.s0
+	}
+	lease := max(0, min(g.Lease, maxAllowance))
+	k.grant(m.s0, lease)
+	k.lease, k.expires, k.synced = lease, now+int64(g.TTL), true
+	k.share -= float64(lease)
+	k.nodes = g.Nodes
+	k.weightBits.Store(math.Float64bits(g.Weight))
+	for h := l.nodesHint.Load(); int64(g.Nodes) > h && !l.nodesHint.CompareAndSwap(h, int64(g.Nodes)); h = l.nodesHint.Load() {
+	}
+	k.fleetRemaining.Store(g.Remaining)
+	k.resetAt.Store(now + int64(g.ResetAfter))
+	low := int64(0)
+	if !closing && !k.capped && lease > 0 && lease >= k.requested {
+		low = max(1, lease/4)
+	}
+	k.low.Store(low)
+	if k.fallbackSized.Load() {
+		k.fallbackSized.Store(false)
+		k.pol.local.Delete(k.key)
+	}
+	if !closing && k.idle && lease == 0 && spentOf(k.word.Load()) == m.s0 {
+		l.forget(k)
+	}
+}
+
+// unreached handles a sync that failed: decisions past the lease follow
+// the FailMode, and a lease that has lapsed is not spent.
+func (l *Limiter) unreached(now int64, batch []*keyState) {
+	l.degraded.Store(true)
+	for _, k := range batch {
+		k.early.Store(false)
+		if k.synced && now > k.expires {
+			k.zero()
+		}
+	}
+}
+
+// run is the sync loop: a regular sync every Interval with jitter, and
+// early syncs for keys whose lease runs low.
+func (l *Limiter) run(ctx context.Context) {
+	defer close(l.done)
+	due := l.now() + l.jittered()
+	for {
+		l.nextSync.Store(due)
+		t := l.clk.NewTimer(time.Duration(due - l.now()))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+			_ = l.SyncOnce(ctx) // an outage shows in Decisions; the loop goes on
+			due = l.now() + l.jittered()
+		case k := <-l.early:
+			t.Stop()
+			l.syncEarly(ctx, k)
+		}
+	}
+}
+
+// jittered is Interval give or take a tenth, so that a fleet's nodes do
+// not all sync at once.
+func (l *Limiter) jittered() int64 {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	i := float64(l.cfg.Interval)
+	return int64(i * (0.9 + 0.2*l.syncs.rng.Float64()))
+}
+
+// syncEarly syncs k and any other keys waiting for an early sync. A key
+// is synced early at most once per quarter interval or 10 ms, whichever is
+// shorter, so that a key whose demand outruns every forecast cannot flood
+// the fleet: the loop waits out the rest of the gap first.
+func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
+	gap := min(int64(l.cfg.Interval)/4, int64(10*time.Millisecond))
+	l.syncMu.Lock()
+	wait := gap - (l.now() - k.lastSync)
+	l.syncMu.Unlock()
+	if wait > 0 {
+		t := l.clk.NewTimer(time.Duration(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	if l.degraded.Load() {
+		k.early.Store(false)
+		return // the regular sync finds out when the fleet is back
+	}
+	now := l.now()
+	batch := l.syncs.batch[:0]
+	add := func(k *keyState) {
+		if k.retired.Load() {
+			return
+		}
+		if now-k.lastSync < gap {
+			k.early.Store(false) // just synced; it may ask again
+			return
+		}
+		batch = append(batch, k)
+	}
+	add(k)
+	for more := true; more && len(batch) < cap(l.early); {
+		select {
+		case k := <-l.early:
+			add(k)
+		default:
+			more = false
+		}
+	}
+	l.syncs.batch = batch
+	_ = l.syncBatch(ctx, now, batch, false)
+}
+
+// Close hands this node's leases back to the fleet, reporting the last of
+// its consumption, and stops the sync loop. It waits at most SyncTimeout
+// for the fleet. Afterwards the Limiter decides Hybrid and Strict keys as
+// if the fleet were unreachable. Close is safe to call more than once.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		l.cancel()
+		if l.done != nil {
+			<-l.done
+		}
+		l.syncMu.Lock()
+		defer l.syncMu.Unlock()
+		now := l.now()
+		batch := l.collect(now)
+		if len(batch) > 0 {
+			l.closeErr = l.syncBatch(context.Background(), now, batch, true)
+		}
+		l.degraded.Store(true)
+	})
+	return l.closeErr
+}

@@ -1,0 +1,110 @@
+package hybrid
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// Reservation is tokens taken for a request that may still be cancelled.
+//
+// A Local policy books future tokens exactly as local.Limiter.Reserve does:
+// the Reservation is OK with a Delay to wait before acting. Hybrid and
+// Strict policies cannot book the future, because the fleet grants leases,
+// not time slots: their Reservation is OK only when the tokens were taken
+// now (Delay zero); otherwise it holds nothing and Delay says when to try
+// again.
+type Reservation struct {
+	ok    bool
+	delay time.Duration
+	local local.Reservation
+	k     *keyState // Hybrid: the lease to give back to on Cancel
+	n     int64
+}
+
+// OK reports whether the reservation holds its tokens.
+func (r Reservation) OK() bool { return r.ok }
+
+// Delay is how long to wait before acting on an OK reservation, or before
+// trying again after one that is not OK (Never if it never can be).
+func (r Reservation) Delay() time.Duration { return r.delay }
+
+// Cancel gives the tokens back, when that is still possible: a Local
+// policy's reservation as local.Reservation.Cancel does, a Hybrid
+// reservation to this node's lease. A Strict decision cannot be taken back.
+func (r Reservation) Cancel() {
+	switch {
+	case !r.ok:
+	case r.k != nil:
+		r.k.give(r.n)
+	default:
+		r.local.Cancel()
+	}
+}
+
+// Reserve is shorthand for ReserveN(key, 1).
+func (l *Limiter) Reserve(key string) (Reservation, error) { return l.ReserveN(key, 1) }
+
+// ReserveN takes n tokens for key, to be used after the Reservation's
+// Delay, or given back with Cancel.
+func (l *Limiter) ReserveN(key string, n int) (Reservation, error) {
+	v, ok := l.keys.Load(key)
+	if !ok {
+		if _, err := l.allowNew(key, noTime, 0); err != nil {
+			return Reservation{}, err
+		}
+		return l.ReserveN(key, n)
+	}
+	k := v.(*keyState)
+	if k.pol.Mode == Local {
+		r, err := k.pol.local.ReserveNAt(k.key, l.clk.Now(), n, Never)
+		return Reservation{ok: r.OK(), delay: r.Delay(), local: r}, err
+	}
+	d, err := l.decide(k, noTime, int64(n))
+	if err != nil {
+		return Reservation{}, err
+	}
+	r := Reservation{ok: d.Allowed(), delay: d.RetryAfter()}
+	if r.ok && k.pol.Mode == Hybrid && !d.Degraded() {
+		r.k, r.n = k, int64(n)
+	}
+	return r, nil
+}
+
+// Wait is shorthand for WaitN(ctx, key, 1).
+func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
+
+// WaitN blocks until n requests for key are admitted, ctx is done, or it
+// is clear they cannot be before ctx's deadline. It returns nil once they
+// are admitted.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
+	for {
+		v, ok := l.keys.Load(key)
+		if ok && v.(*keyState).pol.Mode == Local {
+			return v.(*keyState).pol.local.WaitN(ctx, key, n)
+		}
+		d, err := l.AllowN(key, n)
+		if err != nil {
+			return err
+		}
+		if d.Allowed() {
+			return nil
+		}
+		wait := d.RetryAfter()
+		if wait == Never {
+			return fmt.Errorf("hybrid: WaitN(%q, %d): the cost exceeds the policy's limit %d", key, n, d.Limit())
+		}
+		if dl, ok := ctx.Deadline(); ok && l.clk.Now().Add(wait).After(dl) {
+			return fmt.Errorf("hybrid: WaitN(%q, %d): would wait %v, past the context's deadline", key, n, wait)
+		}
+		t := l.clk.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C():
+		}
+	}
+}

@@ -1,0 +1,71 @@
+package redistest
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Commands returns how many commands the server has executed since it
+// started or since the last ResetStats, by name, from INFO commandstats.
+// Commands run inside Lua scripts are counted too, each under its own
+// name, as Redis counts them. INFO and CONFIG, which this package sends,
+// and HELLO, which opens every connection, are left out.
+func (s *Server) Commands(tb testing.TB) map[string]int64 {
+	tb.Helper()
+	c := redis.NewClient(s.Options())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		tb.Fatalf("redistest: INFO commandstats on %s: %v", s.Addr, err)
+	}
+	return parseCommandStats(info)
+}
+
+// TotalCommands sums Commands.
+func (s *Server) TotalCommands(tb testing.TB) int64 {
+	tb.Helper()
+	var n int64
+	for _, v := range s.Commands(tb) {
+		n += v
+	}
+	return n
+}
+
+// ResetStats zeroes the server's command counters (CONFIG RESETSTAT).
+func (s *Server) ResetStats(tb testing.TB) {
+	tb.Helper()
+	c := redis.NewClient(s.Options())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		tb.Fatalf("redistest: CONFIG RESETSTAT on %s: %v", s.Addr, err)
+	}
+}
+
+// parseCommandStats reads lines like
+// "cmdstat_evalsha:calls=12,usec=340,usec_per_call=28.33,...".
+func parseCommandStats(info string) map[string]int64 {
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd || name == "info" || name == "hello" || strings.HasPrefix(name, "config|") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+					out[name] = n
+				}
+			}
+		}
+	}
+	return out
+}
