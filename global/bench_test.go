@@ -16,7 +16,7 @@ import (
 // many keys there are.
 func BenchmarkSync(b *testing.B) {
 	s := redistest.StartServer(b)
-	c := client(b, s)
+	c := s.DeadlineClient(b)
 	counter := &pipelineCounter{byNode: map[string]int{}}
 	c.AddHook(counter.hook(s.Addr))
 	r := newSyncer(b, c)
@@ -47,7 +47,7 @@ func BenchmarkSync(b *testing.B) {
 // what go-redis/redis_rate does): the baseline the hybrid mode beats.
 func BenchmarkStrictAllow(b *testing.B) {
 	s := redistest.StartServer(b)
-	c := client(b, s)
+	c := s.DeadlineClient(b)
 	r := newSyncer(b, c)
 	lim := global.Limit{Limit: 1_000_000_000, Window: time.Second}
 	lat := make([]time.Duration, 0, 1<<16)

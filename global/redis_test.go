@@ -20,17 +20,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
-// client returns a client of s whose calls honour their context's
-// deadline, as NewRedis requires.
-func client(t testing.TB, s *redistest.Server) *redis.Client {
-	t.Helper()
-	o := s.Options()
-	o.ContextTimeoutEnabled = true
-	c := redis.NewClient(o)
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 func newSyncer(t testing.TB, c redis.UniversalClient) *global.Redis {
 	t.Helper()
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 2 * time.Second})
@@ -49,7 +38,7 @@ func redisNow(t testing.TB, c redis.UniversalClient) time.Time {
 func TestNewRedisRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
-	good := client(t, s)
+	good := s.DeadlineClient(t)
 	slow := redis.NewClient(s.Options()) // default 3s socket timeouts
 	t.Cleanup(func() { slow.Close() })
 	tests := []struct {
@@ -76,7 +65,7 @@ func TestNewRedisRejectsBadConfig(t *testing.T) {
 func TestSyncRejectsBadUsage(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
-	r := newSyncer(t, client(t, s))
+	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
 	_, err := r.Sync(ctx, &global.Request{Interval: time.Second})
 	require.ErrorIs(t, err, global.ErrInvalid)
@@ -158,7 +147,7 @@ func leaseStress(t *testing.T, c redis.UniversalClient, key string, lim global.L
 func TestLeaseConcurrencySingleNode(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
-	c := client(t, s)
+	c := s.DeadlineClient(t)
 	for _, lim := range []global.Limit{
 		{Algorithm: global.TokenBucket, Limit: 2000, Window: time.Second, Burst: 300},
 		{Algorithm: global.TokenBucket, Limit: 50, Window: time.Second, Burst: 10},
@@ -171,7 +160,7 @@ func TestLeaseConcurrencySingleNode(t *testing.T) {
 func TestLeaseSlidingWindowBound(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
-	c := client(t, s)
+	c := s.DeadlineClient(t)
 	r := newSyncer(t, c)
 	lim := global.Limit{Algorithm: global.SlidingWindow, Limit: 100, Window: time.Hour}
 	var wg sync.WaitGroup
@@ -198,7 +187,7 @@ func TestLeaseSlidingWindowBound(t *testing.T) {
 func TestLeaseReturned(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
-	r := newSyncer(t, client(t, s))
+	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
 	for _, lim := range []global.Limit{
 		{Algorithm: global.TokenBucket, Limit: 100, Window: time.Hour},
@@ -232,7 +221,7 @@ func TestLeaseReturned(t *testing.T) {
 func TestLeaseShares(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
-	r := newSyncer(t, client(t, s))
+	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
 	lim := global.Limit{Limit: 100, Window: time.Hour}
 	tests := []struct {
@@ -291,7 +280,7 @@ func TestLeaseShares(t *testing.T) {
 func TestStrictSeedBurst(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
-	r := newSyncer(t, client(t, s))
+	r := newSyncer(t, s.DeadlineClient(t))
 	for _, tt := range []struct {
 		lim  global.Limit
 		want int
@@ -324,7 +313,7 @@ func TestStrictSeedBurst(t *testing.T) {
 func TestScriptFlush(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
-	c := client(t, s)
+	c := s.DeadlineClient(t)
 	r := newSyncer(t, c)
 	lim := global.Limit{Limit: 300, Window: time.Hour}
 	stop := make(chan struct{})
@@ -369,7 +358,7 @@ func TestScriptFlush(t *testing.T) {
 func TestRedisKilled(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
-	c := client(t, s)
+	c := s.DeadlineClient(t)
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 300 * time.Millisecond})
 	require.NoError(t, err)
 	lim := global.Limit{Limit: 10, Window: time.Second}
@@ -398,7 +387,7 @@ func TestRedisKilled(t *testing.T) {
 func TestMemoryPerKey(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
-	c := client(t, s)
+	c := s.DeadlineClient(t)
 	r := newSyncer(t, c)
 	ctx := context.Background()
 	lim := global.Limit{Limit: 1000, Window: time.Minute}
@@ -428,7 +417,7 @@ func TestMemoryPerKey(t *testing.T) {
 func TestStoredTimesKeepMicroseconds(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
-	c := client(t, s)
+	c := s.DeadlineClient(t)
 	r := newSyncer(t, c)
 	ctx := context.Background()
 	lim := global.Limit{Limit: 1_000_000, Window: time.Second, Burst: 1000}

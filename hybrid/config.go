@@ -118,9 +118,9 @@ const (
 	// DefaultStrictTimeout bounds one Strict decision's round trip.
 	DefaultStrictTimeout = 50 * time.Millisecond
 	// DefaultMaxKeys caps the keys a Limiter tracks.
-	DefaultMaxKeys = 1 << 20
+	DefaultMaxKeys = local.DefaultMaxKeys
 	// DefaultMaxKeyLen is the longest key accepted, in bytes.
-	DefaultMaxKeyLen = 256
+	DefaultMaxKeyLen = local.DefaultMaxKeyLen
 	// DefaultIdleTimeout is how long a key goes without requests before
 	// its lease is returned and it is forgotten.
 	DefaultIdleTimeout = 10 * time.Second

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/global"
@@ -21,11 +20,7 @@ import (
 // process would have.
 func redisSyncer(tb testing.TB, s *redistest.Server) *global.Redis {
 	tb.Helper()
-	o := s.Options()
-	o.ContextTimeoutEnabled = true
-	c := redis.NewClient(o)
-	tb.Cleanup(func() { c.Close() })
-	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: time.Second})
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: s.DeadlineClient(tb), Timeout: time.Second})
 	require.NoError(tb, err)
 	return r
 }

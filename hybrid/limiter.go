@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -133,7 +135,7 @@ func New(cfg Config) (*Limiter, error) {
 		l.policies = append(l.policies, pol)
 	}
 	sort.SliceStable(l.policies, func(i, j int) bool { return len(l.policies[i].Prefix) > len(l.policies[j].Prefix) })
-	l.syncs.rng = rand.New(rand.NewPCG(uint64(l.mono), hashString(cfg.Node)))
+	l.syncs.rng = rand.New(rand.NewPCG(uint64(l.mono), xxh3.HashString(cfg.Node)))
 	l.nextSync.Store(int64(cfg.Interval))
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
@@ -235,7 +237,7 @@ func (l *Limiter) retryAfter(now int64) time.Duration {
 }
 
 // failed decides, by the policy's FailMode, a request that neither the
-// lease nor the fleet can answer.
+// lease nor the fleet can answer. now is always read by then.
 func (l *Limiter) failed(k *keyState, now, n int64) Decision {
 	switch k.pol.OnUnreachable {
 	case FailOpen:
@@ -245,12 +247,7 @@ func (l *Limiter) failed(k *keyState, now, n int64) Decision {
 		return Decision{limit: ^k.pol.capacity, retryAfter: l.retryAfter(now)}
 	}
 	l.sizeFallback(k)
-	var r local.Result
-	if now == noTime {
-		r, _ = k.pol.local.AllowN(k.key, int(n))
-	} else {
-		r, _ = k.pol.local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
-	}
+	r, _ := k.pol.local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
 	if r.Allowed() && n > 0 {
 		k.spend(n)
 	}

@@ -58,13 +58,10 @@ func (l *Limiter) collect(now int64) []*keyState {
 	s.batch = s.batch[:0]
 	l.keys.Range(func(_, v any) bool {
 		k := v.(*keyState)
-		switch {
-		case k.pol.Mode == Hybrid:
+		if k.pol.Mode == Hybrid {
 			s.batch = append(s.batch, k)
-		case sweep && !k.touched.Load():
-			l.forget(k)
-		case sweep:
-			k.touched.Store(false)
+		} else if sweep {
+			l.sweepOther(k)
 		}
 		return true
 	})
@@ -80,6 +77,16 @@ func (l *Limiter) forget(k *keyState) {
 	}
 }
 
+// sweepOther forgets a Local or Strict key unused since the last sweep,
+// and starts a new period for one that was used.
+func (l *Limiter) sweepOther(k *keyState) {
+	if !k.touched.Load() {
+		l.forget(k)
+		return
+	}
+	k.touched.Store(false)
+}
+
 // makeRoom forgets keys that are idle, at most once per Interval, and
 // reports whether there is room for a new key.
 func (l *Limiter) makeRoom() bool {
@@ -93,10 +100,7 @@ func (l *Limiter) makeRoom() bool {
 		l.keys.Range(func(_, v any) bool {
 			k := v.(*keyState)
 			if k.pol.Mode != Hybrid {
-				if !k.touched.Load() {
-					l.forget(k)
-				}
-				k.touched.Store(false)
+				l.sweepOther(k)
 			} else if w := k.word.Load(); spentOf(w) == k.reported && allowanceOf(w) == 0 && k.synced && k.lease == 0 {
 				l.forget(k)
 			}

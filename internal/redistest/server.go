@@ -287,6 +287,17 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	return c
 }
 
+// DeadlineClient is Client with ContextTimeoutEnabled, so every call
+// honours its context's deadline, as global.NewRedis requires.
+func (s *Server) DeadlineClient(tb testing.TB) *redis.Client {
+	tb.Helper()
+	o := s.Options()
+	o.ContextTimeoutEnabled = true
+	c := redis.NewClient(o)
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
 // FlushAll deletes every key on the server, so that tests sharing a server
 // can each start from an empty data set.
 func (s *Server) FlushAll(tb testing.TB) {
