@@ -34,6 +34,7 @@ type keyState struct {
 	early   atomic.Bool   // an early sync has been asked for
 	retired atomic.Bool   // forgotten: callers must look the key up again
 	low     atomic.Int64  // allowance below which an early sync is asked for; 0 for none
+	until   atomic.Int64  // when the lease stops being spendable: a sliding window's edge
 
 	fallbackSized atomic.Bool   // the fail-static bucket is sized for this outage
 	weightBits    atomic.Uint64 // this node's share from the last grant, as float64 bits

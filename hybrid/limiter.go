@@ -196,6 +196,9 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 	if now == noTime {
 		now = l.now()
 	}
+	if now >= k.until.Load() {
+		return l.short(k, now, n)
+	}
 	if left, ok := k.take(max(n, 0)); ok {
 		if left < k.low.Load() {
 			l.askEarly(k)
@@ -223,7 +226,7 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 		return l.failed(k, now, n), nil
 	}
 	k.refused.Add(uint64(n))
-	if k.low.Load() > 0 {
+	if k.low.Load() > 0 || now >= k.until.Load() {
 		l.askEarly(k)
 	}
 	d.remaining = k.fleetRemaining.Load() + allowanceOf(k.word.Load())
@@ -330,6 +333,7 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 		return Decision{}, ErrTooManyKeys
 	}
 	k := &keyState{key: key, pol: pol}
+	k.until.Store(math.MaxInt64)
 	if pol.Mode == Hybrid {
 		// Until its first grant, a new key may spend a starter credit
 		// of the floor lease. It is charged to the fleet at the first

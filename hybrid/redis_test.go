@@ -57,7 +57,9 @@ func TestFleetAccuracy(t *testing.T) {
 		{"uniform/equal", bucket, limit, global.Equal, []float64{500, 500, 500, 500}, 0.95},
 		{"skewed/demandweighted", bucket, limit, global.DemandWeighted, []float64{1600, 400.0 / 3, 400.0 / 3, 400.0 / 3}, 0.95},
 		{"skewed/equal", bucket, limit, global.Equal, []float64{1600, 400.0 / 3, 400.0 / 3, 400.0 / 3}, 0},
-		{"uniform/slidingwindow", sliding, 0, global.DemandWeighted, []float64{500, 500, 500, 500}, 0.95},
+		// A lease that lapses at a window edge is refused until the
+		// next sync brings one for the new window.
+		{"uniform/slidingwindow", sliding, 0, global.DemandWeighted, []float64{500, 500, 500, 500}, 0.90},
 	}
 	srv := redistest.StartServer(t)
 	for i, tt := range tests {
@@ -73,17 +75,18 @@ func TestFleetAccuracy(t *testing.T) {
 				tt.name, len(r.offered), got, r.perNode, ideal, 100*float64(got)/float64(ideal), window, peak, limit, tt.burst)
 			bound, surplus := limit*1.01+float64(tt.burst), 1.01
 			if tt.policy.Algorithm == local.SlidingWindow {
-				// Known gap: a lease granted late in window w is
-				// counted in w but may be spent early in w+1, so an
-				// aligned window can take up to one interval's quota
-				// more than the limit (documented bound: Limit *
-				// (1 + Interval/Window)), and the estimate over two
-				// windows discounts it. Measured here: aligned peak
-				// 1000-1041, total 96-105% of the ideal counter; see
-				// docs/architecture.md.
+				// A sliding window's lease lapses at the edge of the
+				// window it is counted in, so the aligned windows hold
+				// exactly. Known gap: the two-window estimate assumes
+				// the previous window's requests were spread evenly,
+				// and leases bunch them, so the fleet can admit more
+				// than the ideal counter over a run: bounded here by
+				// 1 + Interval/Window. Measured: 94-105% of the
+				// ideal; see docs/architecture.md.
+				gap := 1 + float64(100*time.Millisecond)/float64(window)
 				aligned := r.maxAligned(window)
 				t.Logf("%s: busiest aligned window %d", tt.name, aligned)
-				peak, bound, surplus = aligned, limit*(1+0.1), 1.08
+				peak, surplus = aligned, gap*1.01
 			}
 			assert.LessOrEqual(t, float64(peak), bound, "admitted in one window")
 			assert.LessOrEqual(t, float64(got), float64(ideal)*surplus, "admitted overall")

@@ -260,6 +260,7 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	}
 	k.fleetRemaining.Store(g.Remaining)
 	k.resetAt.Store(now + int64(g.ResetAfter))
+	k.until.Store(l.leaseEdge(k.pol, now, lease, g))
 	low := int64(0)
 	if !closing && !k.capped && lease > 0 && lease >= k.requested {
 		low = max(1, lease/4)
@@ -272,6 +273,19 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	if !closing && k.idle && lease == 0 && spentOf(k.word.Load()) == m.s0 {
 		l.forget(k)
 	}
+}
+
+// leaseEdge is when a lease stops being spendable. A sliding window's lease
+// is counted in the window it was granted in, so spending it after that
+// window ends would count nowhere: it lapses at the edge, and what is left
+// goes back to the fleet at the next sync. The script's ResetAfter is two
+// windows from the current one's start while that window holds a count,
+// which a lease guarantees. A token bucket's lease has no edge.
+func (l *Limiter) leaseEdge(p *policy, now, lease int64, g *global.Grant) int64 {
+	if p.limit.Algorithm != global.SlidingWindow || lease == 0 || g.ResetAfter <= 0 {
+		return math.MaxInt64
+	}
+	return now + int64(g.ResetAfter-p.Window)
 }
 
 // unreached handles a sync that failed: decisions past the lease follow
