@@ -1,6 +1,7 @@
 package hybrid_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -10,9 +11,19 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
+
+// redisSyncer returns a Redis Syncer on its own client of s, as a separate
+// process would have.
+func redisSyncer(tb testing.TB, s *redistest.Server) *global.Redis {
+	tb.Helper()
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: s.DeadlineClient(tb), Timeout: time.Second})
+	require.NoError(tb, err)
+	return r
+}
 
 // fleet starts n Limiters, each with its own Redis client, sharing s.
 func fleet(t *testing.T, s *redistest.Server, n int, shares global.Shares, p hybrid.Policy) []*hybrid.Limiter {
@@ -67,12 +78,12 @@ func TestFleetAccuracy(t *testing.T) {
 			t.Parallel()
 			key := fmt.Sprintf("acc:%d", i)
 			nodes := fleet(t, srv, 4, tt.shares, tt.policy)
-			r := runFleet(t, nodes, key, tt.rates, run)
-			ideal := r.ideal(t, tt.policy)
-			peak := r.maxInWindow(window)
-			got := len(r.admitted)
+			r := fleettest.Drive(t, nodes, key, tt.rates, run)
+			ideal := r.Ideal(t, tt.policy)
+			peak := r.MaxInWindow(window)
+			got := len(r.Admitted)
 			t.Logf("%s: offered %d, admitted %d (per node %v), ideal %d: %.1f%% of ideal; busiest %v window %d (limit %d + burst %d)",
-				tt.name, len(r.offered), got, r.perNode, ideal, 100*float64(got)/float64(ideal), window, peak, limit, tt.burst)
+				tt.name, len(r.Offered), got, r.PerNode, ideal, 100*float64(got)/float64(ideal), window, peak, limit, tt.burst)
 			bound, surplus := limit*1.01+float64(tt.burst), 1.01
 			if tt.policy.Algorithm == local.SlidingWindow {
 				// A sliding window's lease lapses at the edge of the
@@ -84,7 +95,7 @@ func TestFleetAccuracy(t *testing.T) {
 				// 1 + Interval/Window. Measured: 94-105% of the
 				// ideal; see docs/architecture.md.
 				gap := 1 + float64(100*time.Millisecond)/float64(window)
-				aligned := r.maxAligned(window)
+				aligned := r.MaxAligned(window)
 				t.Logf("%s: busiest aligned window %d", tt.name, aligned)
 				peak, surplus = aligned, gap*1.01
 			}

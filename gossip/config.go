@@ -1,0 +1,205 @@
+package gossip
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/hybridlimit/hybridlimit/internal/clock"
+)
+
+// Defaults for the zero fields of a Config.
+const (
+	DefaultBindAddr        = "0.0.0.0"
+	DefaultGossipInterval  = 50 * time.Millisecond
+	DefaultGossipNodes     = 3
+	DefaultRetransmitMult  = 12
+	DefaultGrace           = 30 * time.Second
+	DefaultRejoinInterval  = 10 * time.Second
+	DefaultTCPTimeout      = 2 * time.Second
+	DefaultMaxKeys         = 100_000
+	DefaultMaxPeers        = 1024
+	DefaultMaxSnapshotKeys = 10_000
+)
+
+// maxSnapshotKeys keeps a push/pull snapshot under the decoder's size cap.
+const maxSnapshotKeys = 10_000
+
+// Config configures a Gossip. The zero value is valid apart from Seeds:
+// a node with no seeds starts a fleet of its own.
+type Config struct {
+	// Name identifies this node in the fleet and must be unique in it.
+	// Default: the host name and eight random hex digits.
+	Name string
+
+	// BindAddr and BindPort are where the node listens, on both UDP and
+	// TCP. BindAddr defaults to DefaultBindAddr, every interface; a
+	// BindPort of 0 picks a free port, which Addr reports.
+	BindAddr string
+	BindPort int
+
+	// AdvertiseAddr and AdvertisePort are the address peers should use,
+	// if not the bound one (behind NAT, say). An AdvertisePort of 0 means
+	// the bound port.
+	AdvertiseAddr string
+	AdvertisePort int
+
+	// Seeds are host:port addresses of fleet members to join at start and
+	// to join again every RejoinInterval while any of them is not a
+	// member, so a partition heals even after memberlist has forgotten
+	// the other side.
+	Seeds []string
+
+	// SecretKey, if set, encrypts and authenticates all gossip with
+	// AES-GCM; it must be 16, 24 or 32 bytes. Keyring, if set, holds the
+	// keys for a rotation (see memberlist.Keyring); SecretKey is then
+	// added to it and made primary. A node without the fleet's key cannot
+	// join it, and its messages are dropped.
+	SecretKey []byte
+	Keyring   *memberlist.Keyring
+
+	// Label is written on every packet and stream; a node with another
+	// label is refused. It keeps separate fleets on one network apart
+	// even without encryption. At most 255 bytes.
+	Label string
+
+	// GossipInterval is how often queued updates are sent to GossipNodes
+	// random peers. Default DefaultGossipInterval, DefaultGossipNodes.
+	GossipInterval time.Duration
+	GossipNodes    int
+
+	// RetransmitMult sets how many times an update is gossiped before it
+	// is dropped from the queue: RetransmitMult * ceil(log10(N+1)) for N
+	// nodes. Memberlist's own default is 4, but memberlist's messages are
+	// passed on by every node that receives them and these updates are
+	// not (each node sends only its own), so each must reach every peer
+	// itself: with 12, an update among 5 nodes misses a given peer about
+	// once in 250 times, and the next update or refresh carries the same
+	// counts. Default DefaultRetransmitMult.
+	RetransmitMult int
+
+	// Grace is how long a peer that has gone silent (crashed, or across a
+	// partition) keeps its share of each key reserved. A peer that leaves
+	// gracefully frees its share at once. Default DefaultGrace.
+	Grace time.Duration
+
+	// RejoinInterval is how often the Seeds are joined again while any of
+	// them is not a member. Default DefaultRejoinInterval.
+	RejoinInterval time.Duration
+
+	// TCPTimeout bounds each stream to a peer: joins, push/pull and
+	// updates too large for a UDP packet. Default DefaultTCPTimeout.
+	TCPTimeout time.Duration
+
+	// MaxKeys bounds the keys tracked, this node's and its peers'; entries
+	// for new keys past it are dropped (and counted in Stats). This
+	// node's own keys are always tracked. Default DefaultMaxKeys.
+	MaxKeys int
+
+	// MaxPeers bounds the distinct node names remembered from the
+	// network. Default DefaultMaxPeers.
+	MaxPeers int
+
+	// MaxSnapshotKeys bounds the entries in a push/pull snapshot, at most
+	// 10,000. Default DefaultMaxSnapshotKeys.
+	MaxSnapshotKeys int
+
+	// WrapTransport, if set, wraps the node's network transport; tests use
+	// it to inject faults.
+	WrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+
+	// Tune, if set, is given memberlist's configuration last, for settings
+	// this Config does not name (probe intervals, say). It must not
+	// replace the Delegate, Events or Transport.
+	Tune func(*memberlist.Config)
+
+	// Logger receives memberlist's log. Default: discarded.
+	Logger *log.Logger
+
+	// Clock is the time source. Default clock.Real.
+	Clock clock.Clock
+}
+
+// withDefaults returns c with its zero fields set to their defaults, or
+// an error naming the first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.Name = host + "-" + hex.EncodeToString(b[:])
+	}
+	if c.BindAddr == "" {
+		c.BindAddr = DefaultBindAddr
+	}
+	durations := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"GossipInterval", &c.GossipInterval, DefaultGossipInterval},
+		{"Grace", &c.Grace, DefaultGrace},
+		{"RejoinInterval", &c.RejoinInterval, DefaultRejoinInterval},
+		{"TCPTimeout", &c.TCPTimeout, DefaultTCPTimeout},
+	}
+	for _, d := range durations {
+		if *d.v < 0 {
+			return c, fmt.Errorf("gossip: Config.%s is %v; it must not be negative", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	ints := []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"GossipNodes", &c.GossipNodes, DefaultGossipNodes},
+		{"RetransmitMult", &c.RetransmitMult, DefaultRetransmitMult},
+		{"MaxKeys", &c.MaxKeys, DefaultMaxKeys},
+		{"MaxPeers", &c.MaxPeers, DefaultMaxPeers},
+		{"MaxSnapshotKeys", &c.MaxSnapshotKeys, DefaultMaxSnapshotKeys},
+	}
+	for _, n := range ints {
+		if *n.v < 0 {
+			return c, fmt.Errorf("gossip: Config.%s is %d; it must not be negative", n.name, *n.v)
+		}
+		if *n.v == 0 {
+			*n.v = n.def
+		}
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real
+	}
+	switch {
+	case len(c.Name) > maxNameLen:
+		return c, fmt.Errorf("gossip: Config.Name is %d bytes; it must be at most %d", len(c.Name), maxNameLen)
+	case net.ParseIP(c.BindAddr) == nil:
+		return c, fmt.Errorf("gossip: Config.BindAddr %q is not an IP address", c.BindAddr)
+	case c.BindPort < 0 || c.BindPort > 65535:
+		return c, fmt.Errorf("gossip: Config.BindPort %d is not a port (0 picks a free one)", c.BindPort)
+	case c.AdvertiseAddr != "" && net.ParseIP(c.AdvertiseAddr) == nil:
+		return c, fmt.Errorf("gossip: Config.AdvertiseAddr %q is not an IP address", c.AdvertiseAddr)
+	case c.AdvertisePort < 0 || c.AdvertisePort > 65535:
+		return c, fmt.Errorf("gossip: Config.AdvertisePort %d is not a port", c.AdvertisePort)
+	case len(c.SecretKey) != 0 && len(c.SecretKey) != 16 && len(c.SecretKey) != 24 && len(c.SecretKey) != 32:
+		return c, fmt.Errorf("gossip: Config.SecretKey is %d bytes; an AES key is 16, 24 or 32", len(c.SecretKey))
+	case len(c.Label) > 255:
+		return c, fmt.Errorf("gossip: Config.Label is %d bytes; it must be at most 255", len(c.Label))
+	case c.MaxSnapshotKeys > maxSnapshotKeys:
+		return c, fmt.Errorf("gossip: Config.MaxSnapshotKeys is %d; it must be at most %d", c.MaxSnapshotKeys, maxSnapshotKeys)
+	}
+	for _, s := range c.Seeds {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return c, fmt.Errorf("gossip: Config.Seeds: %q is not host:port: %v", s, err)
+		}
+	}
+	return c, nil
+}

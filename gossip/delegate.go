@@ -1,0 +1,138 @@
+package gossip
+
+import (
+	"slices"
+	"sync/atomic"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// delegate is the Gossip as memberlist's Delegate: the methods are kept
+// off Gossip's own method set, since users never call them.
+type delegate Gossip
+
+var _ memberlist.Delegate = (*delegate)(nil)
+
+// NodeMeta is empty: a node's state travels in its updates.
+func (d *delegate) NodeMeta(limit int) []byte { return nil }
+
+// NotifyMsg hands a copy of b to the merge loop. It never blocks
+// memberlist's packet handler: if the loop is behind, the message is
+// dropped and counted, and the sender's next update, which carries
+// the same counts and more, makes up for it.
+func (d *delegate) NotifyMsg(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	select {
+	case d.inbox <- append([]byte(nil), b...):
+	default:
+		d.stats.inboxDropped.Add(1)
+	}
+}
+
+// GetBroadcasts returns queued updates to piggyback on a gossip packet.
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.queue.GetBroadcasts(overhead, limit)
+}
+
+// LocalState is this node's side of a push/pull: a snapshot of every
+// active entry it knows, its own first, at most MaxSnapshotKeys of them.
+func (d *delegate) LocalState(join bool) []byte {
+	g := (*Gossip)(d)
+	now := g.now()
+	g.lock()
+	defer g.mu.Unlock()
+	var w encoder
+	return g.tab.snapshot(&w, g.cfg.MaxSnapshotKeys, now)
+}
+
+// MergeRemoteState merges a peer's push/pull snapshot.
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	if len(buf) == 0 {
+		return
+	}
+	var m message
+	(*Gossip)(d).receive(&m, buf)
+}
+
+// events is the Gossip as memberlist's EventDelegate.
+type events Gossip
+
+var _ memberlist.EventDelegate = (*events)(nil)
+
+// push queues ev for the table and keeps a copy of n, which memberlist
+// goes on mutating after the callback returns.
+func (e *events) push(ev event, n *memberlist.Node) {
+	e.evMu.Lock()
+	defer e.evMu.Unlock()
+	if n.Name == e.name {
+		return
+	}
+	e.events = append(e.events, ev)
+	if ev.join {
+		e.members[n.Name] = memberlist.Node{Name: n.Name, Addr: slices.Clone(n.Addr), Port: n.Port}
+	} else {
+		delete(e.members, n.Name)
+	}
+}
+
+// NotifyJoin records a member that joined or came back.
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	e.push(event{name: n.Name, addr: n.Address(), join: true}, n)
+}
+
+// NotifyLeave records a member that is gone: its share stays reserved
+// for the grace period, unless it said it was leaving (a kindLeave
+// message), which n cannot tell: memberlist does not set n.State.
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	e.push(event{name: n.Name}, n)
+}
+
+// NotifyUpdate records a member's new address.
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.push(event{name: n.Name, addr: n.Address(), join: true}, n)
+}
+
+// Stats are a Gossip's counters since New.
+type Stats struct {
+	// Received is how many messages arrived (updates and snapshots);
+	// Malformed of them were dropped as undecodable or foreign.
+	Received, Malformed uint64
+	// InboxDropped is how many arrived while the merge loop was behind.
+	InboxDropped uint64
+	// Refused is how many entries were dropped because MaxKeys or
+	// MaxPeers was reached.
+	Refused uint64
+	// Queued is how many single-key updates went into the gossip queue;
+	// Streamed and StreamFailures count batches sent to a peer over a
+	// stream, and OutboxDropped those dropped because the sender was
+	// behind.
+	Queued, Streamed, StreamFailures, OutboxDropped uint64
+	// Joins and JoinFailures count attempts to join seeds or lost peers.
+	Joins, JoinFailures uint64
+	// Keys and Peers are the table's size now.
+	Keys, Peers int
+}
+
+type counters struct {
+	received, malformed, inboxDropped, refused      atomic.Uint64
+	queued, streamed, streamFailures, outboxDropped atomic.Uint64
+	joins, joinFailures                             atomic.Uint64
+}
+
+// Stats returns the node's counters.
+func (g *Gossip) Stats() Stats {
+	s := &g.stats
+	st := Stats{
+		Received: s.received.Load(), Malformed: s.malformed.Load(),
+		InboxDropped: s.inboxDropped.Load(), Refused: s.refused.Load(),
+		Queued: s.queued.Load(), Streamed: s.streamed.Load(),
+		StreamFailures: s.streamFailures.Load(), OutboxDropped: s.outboxDropped.Load(),
+		Joins: s.joins.Load(), JoinFailures: s.joinFailures.Load(),
+	}
+	g.lock()
+	st.Keys, st.Peers = len(g.tab.keys), len(g.tab.peers)-1
+	g.mu.Unlock()
+	return st
+}

@@ -1,0 +1,543 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
+)
+
+// Gossip is a global.Syncer that shares each key's consumption with the
+// fleet's other nodes over memberlist gossip, with no central store.
+//
+// Each Sync records this node's consumption in its own counters, queues
+// what changed for the peers, and grants leases from what the node knows
+// of the fleet at that moment. It does no network I/O itself: updates go
+// out on memberlist's gossip ticks and, when they do not fit, over
+// streams from a background goroutine. A Gossip is safe for concurrent
+// use.
+type Gossip struct {
+	cfg   Config
+	clk   clock.Clock
+	ml    *memberlist.Memberlist
+	queue *memberlist.TransmitLimitedQueue
+	name  string
+	inc   uint64
+	nodes atomic.Int64 // live members, self included, as of the last Sync
+	every atomic.Int64 // the caller's sync interval, from the last Sync
+
+	mu     sync.Mutex // guards tab, enc, joined, overflow
+	tab    *table
+	enc    encoder
+	joined bool // a peer has been a member at some point
+
+	evMu    sync.Mutex
+	events  []event                    // membership events not yet applied to tab
+	members map[string]memberlist.Node // live members, copied from events
+	addr    string
+
+	inbox  chan []byte // updates from NotifyMsg, for the merge loop
+	outbox chan []byte // updates too large for gossip, for the sender
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+
+	stats counters
+}
+
+var _ global.Syncer = (*Gossip)(nil)
+
+// event is a membership change, applied to the table under mu.
+type event struct {
+	name, addr string
+	join       bool
+}
+
+const (
+	inboxSize  = 1024
+	outboxSize = 8
+	// maxBatch is the size at which an update sent by stream is split.
+	maxBatch = 64 << 10
+)
+
+// New starts a node: it binds its address, joins the Seeds (a node none
+// of whose seeds answer still starts, and keeps trying them), and starts
+// gossiping. Close stops it.
+func New(cfg Config) (*Gossip, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	g := &Gossip{
+		cfg:    cfg,
+		clk:    cfg.Clock,
+		name:   cfg.Name,
+		inc:    uint64(max(cfg.Clock.Now().UnixNano(), 1)),
+		inbox:  make(chan []byte, inboxSize),
+		outbox: make(chan []byte, outboxSize),
+
+		members: make(map[string]memberlist.Node),
+	}
+	g.tab = newTable(g.name, g.inc, &cfg)
+	g.nodes.Store(1)
+	g.every.Store(int64(100 * time.Millisecond))
+	g.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return int(g.nodes.Load()) },
+		RetransmitMult: cfg.RetransmitMult,
+	}
+
+	logger := cfg.Logger
+	if logger == nil {
+		logger = log.New(io.Discard, "", 0)
+	}
+	// The transport is made here rather than by memberlist, so that a
+	// port of 0 can be read back before memberlist advertises it, and so
+	// that it can be wrapped.
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{cfg.BindAddr},
+		BindPort:  cfg.BindPort,
+		Logger:    logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gossip: listening on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
+	}
+	var tr memberlist.NodeAwareTransport = nt
+	if cfg.WrapTransport != nil {
+		tr = cfg.WrapTransport(nt)
+	}
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Name
+	mc.BindAddr, mc.BindPort = cfg.BindAddr, nt.GetAutoBindPort()
+	mc.AdvertiseAddr, mc.AdvertisePort = cfg.AdvertiseAddr, cfg.AdvertisePort
+	if cfg.AdvertiseAddr != "" && cfg.AdvertisePort == 0 {
+		mc.AdvertisePort = mc.BindPort
+	}
+	mc.Transport = tr
+	mc.Delegate = (*delegate)(g)
+	mc.Events = (*events)(g)
+	mc.GossipInterval, mc.GossipNodes = cfg.GossipInterval, cfg.GossipNodes
+	mc.TCPTimeout = cfg.TCPTimeout
+	mc.Label = cfg.Label
+	mc.SecretKey, mc.Keyring = cfg.SecretKey, cfg.Keyring
+	mc.Logger = logger
+	if cfg.Tune != nil {
+		cfg.Tune(mc)
+		mc.Delegate, mc.Events, mc.Transport = (*delegate)(g), (*events)(g), tr
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		_ = tr.Shutdown()
+		return nil, fmt.Errorf("gossip: starting memberlist: %w", err)
+	}
+	g.ml = ml
+	g.addr = ml.LocalNode().Address()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	if len(cfg.Seeds) > 0 {
+		g.join(cfg.Seeds)
+	}
+	g.wg.Add(3)
+	go g.mergeLoop(ctx)
+	go g.sendLoop(ctx)
+	go g.rejoinLoop(ctx)
+	return g, nil
+}
+
+// Name returns the node's name in the fleet.
+func (g *Gossip) Name() string { return g.name }
+
+// Addr returns the host:port peers reach this node at: the one to list in
+// other nodes' Seeds.
+func (g *Gossip) Addr() string { return g.addr }
+
+// Member is a live member of the fleet.
+type Member struct {
+	Name string
+	Addr string
+}
+
+// Members returns the fleet's live members as this node sees them,
+// itself included, sorted by name.
+func (g *Gossip) Members() []Member {
+	nodes := g.peers()
+	out := make([]Member, 0, len(nodes)+1)
+	out = append(out, Member{Name: g.name, Addr: g.addr})
+	for _, n := range nodes {
+		out = append(out, Member{Name: n.Name, Addr: n.Address()})
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// peers returns copies of the other live members. Memberlist's own
+// Members hands out nodes it goes on mutating, so they are copied in its
+// event callbacks, under its lock, instead.
+func (g *Gossip) peers() []memberlist.Node {
+	g.evMu.Lock()
+	defer g.evMu.Unlock()
+	out := make([]memberlist.Node, 0, len(g.members))
+	for _, n := range g.members {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Join joins the fleet through any of addrs (host:port), returning how
+// many answered. Seeds are joined by New and re-joined in the background;
+// Join is for addresses learned later.
+func (g *Gossip) Join(addrs ...string) (int, error) {
+	n, err := g.ml.Join(addrs)
+	if err != nil {
+		g.stats.joinFailures.Add(1)
+		return n, fmt.Errorf("gossip: joining %v: %w", addrs, err)
+	}
+	g.stats.joins.Add(1)
+	return n, nil
+}
+
+func (g *Gossip) join(addrs []string) { _, _ = g.Join(addrs...) }
+
+// errClosed is returned by Sync after Close.
+var errClosed = fmt.Errorf("gossip: closed: %w", global.ErrUnreachable)
+
+// Sync records req's consumption, queues it for the fleet, and grants
+// each key a lease from this node's share of what the fleet has left, as
+// far as this node knows. It does no network I/O and returns at once.
+//
+// Sync fails with an error wrapping global.ErrUnreachable, recording
+// nothing, when this node is cut off: no peer is alive although some did
+// not leave, or none of the Seeds has answered yet. The caller should
+// then limit on its own and report the consumption again later.
+func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Response, error) {
+	switch {
+	case req == nil:
+		return nil, fmt.Errorf("%w: gossip: nil request", global.ErrInvalid)
+	case req.Interval <= 0:
+		return nil, fmt.Errorf("%w: gossip: Request.Interval is %v; it must be positive", global.ErrInvalid, req.Interval)
+	case req.Shares != global.DemandWeighted && req.Shares != global.Equal:
+		return nil, fmt.Errorf("%w: gossip: Request.Shares %d is not a known strategy", global.ErrInvalid, int(req.Shares))
+	case g.closed.Load():
+		return nil, errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("gossip: %w: %w", global.ErrUnreachable, err)
+	}
+	g.nodes.Store(int64(max(g.ml.NumMembers(), 1)))
+	g.every.Store(int64(req.Interval))
+	now := g.now()
+	g.lock()
+	defer g.mu.Unlock()
+	if g.tab.alone(now) || (len(g.cfg.Seeds) > 0 && !g.joined) {
+		return nil, fmt.Errorf("gossip: no peer reachable: %w", global.ErrUnreachable)
+	}
+	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+	for i := range req.Keys {
+		u := &req.Keys[i]
+		if err := u.Limit.Validate(); err != nil {
+			resp.Grants[i].Err = fmt.Errorf("%w: %v", global.ErrInvalid, err)
+			continue
+		}
+		resp.Grants[i] = g.tab.sync(u, req.Interval, req.Shares, now)
+	}
+	g.flush(now, req.Interval)
+	return resp, nil
+}
+
+// lock takes mu and applies the membership events that came in since.
+// Memberlist calls its event delegate with its own locks held, so the
+// delegate only queues the events; taking mu there could deadlock with a
+// Sync that asks memberlist for its members.
+func (g *Gossip) lock() {
+	g.mu.Lock()
+	g.evMu.Lock()
+	evs := g.events
+	g.events = nil
+	g.evMu.Unlock()
+	if len(evs) == 0 {
+		return
+	}
+	now := g.now()
+	for _, e := range evs {
+		if e.join {
+			g.tab.join(e.name, e.addr)
+			if e.name != g.name {
+				g.joined = true
+			}
+		} else {
+			g.tab.leave(e.name, now)
+		}
+	}
+}
+
+func (g *Gossip) now() instant {
+	return instant{mono: g.clk.Nanotime(), wall: g.clk.Now().UnixNano()}
+}
+
+// budget is how many single-key updates memberlist's gossip can carry
+// per interval: gossip rounds per interval, times packets per round,
+// times updates per packet, divided by the transmissions each update
+// takes.
+func (g *Gossip) budget(interval time.Duration) int {
+	rounds := max(1, int(interval/g.cfg.GossipInterval))
+	packet := 1400 - 2 - len(g.cfg.Label) - 2 - 64 // header, label, encryption
+	per := packet / (updateOverhead + len(g.name))
+	n := int(g.nodes.Load())
+	transmits := g.cfg.RetransmitMult * int(math.Ceil(math.Log10(float64(n+1))))
+	return rounds * g.cfg.GossipNodes * per / max(1, transmits)
+}
+
+// updateOverhead is a single-key update's size less its origin's name,
+// with memberlist's framing: header, counts, name length, incarnation,
+// a typical entry (small counts take a byte or two each) and 3 bytes of
+// compound-message framing.
+const updateOverhead = headerLen + 3 + 1 + 10 + 3 + 48 + 3
+
+// flush queues this node's changed entries: as many as gossip can carry
+// through the transmit-limited queue, one message per key so that a newer
+// update replaces an older one still queued, and the rest as stream
+// batches to every member. mu is held.
+func (g *Gossip) flush(now instant, interval time.Duration) {
+	budget := g.budget(interval)
+	var batch *encoder
+	var over encoder
+	g.tab.pending(now, func(k *key) {
+		if budget > 0 {
+			budget--
+			g.enc.header(kindUpdate)
+			g.enc.section(g.name, g.inc)
+			g.enc.entry(&k.own)
+			msg := append([]byte(nil), g.enc.finish()...)
+			g.queue.QueueBroadcast(&update{name: keyName(k.hash), msg: msg})
+			g.stats.queued.Add(1)
+			return
+		}
+		if batch == nil {
+			batch = &over
+			batch.header(kindUpdate)
+			batch.section(g.name, g.inc)
+		}
+		batch.entry(&k.own)
+		if len(batch.b) >= maxBatch {
+			g.post(batch.finish())
+			batch = nil
+			over = encoder{}
+		}
+	})
+	if batch != nil {
+		g.post(batch.finish())
+	}
+}
+
+// post hands a stream batch to the sender without waiting; if the sender
+// is behind, the batch is dropped (the next refresh carries the counts).
+func (g *Gossip) post(msg []byte) {
+	select {
+	case g.outbox <- msg:
+	default:
+		g.stats.outboxDropped.Add(1)
+	}
+}
+
+// keyName names a key's broadcast in the queue.
+func keyName(h uint64) string {
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(h >> (8 * i))
+	}
+	return string(b[:])
+}
+
+// update is one key's entry, queued for gossip.
+type update struct {
+	name string
+	msg  []byte
+}
+
+var _ memberlist.NamedBroadcast = (*update)(nil)
+
+func (u *update) Invalidates(memberlist.Broadcast) bool { return false }
+func (u *update) Message() []byte                       { return u.msg }
+func (u *update) Finished()                             {}
+func (u *update) Name() string                          { return u.name }
+
+// tick is how often the merge loop sends refreshes of entries that have
+// not changed; once in four ticks it collects garbage.
+const tick = refresh / 4
+
+// mergeLoop merges what NotifyMsg received, sends refreshes between
+// syncs, and collects garbage.
+func (g *Gossip) mergeLoop(ctx context.Context) {
+	defer g.wg.Done()
+	var m message
+	t := g.clk.NewTimer(tick)
+	defer func() { t.Stop() }()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-g.inbox:
+			g.receive(&m, b)
+		case <-t.C():
+			g.nodes.Store(int64(max(g.ml.NumMembers(), 1)))
+			now := g.now()
+			g.lock()
+			g.flush(now, time.Duration(g.every.Load()))
+			if n%4 == 0 {
+				g.tab.gc(now)
+			}
+			g.mu.Unlock()
+			t = g.clk.NewTimer(tick)
+		}
+	}
+}
+
+// receive decodes and merges one message.
+func (g *Gossip) receive(m *message, b []byte) {
+	g.stats.received.Add(1)
+	if err := m.decode(b); err != nil {
+		g.stats.malformed.Add(1)
+		return
+	}
+	now := g.now()
+	g.lock()
+	g.tab.merge(m, now)
+	g.stats.refused.Store(g.tab.dropped)
+	g.mu.Unlock()
+}
+
+// sendLoop sends stream batches to every other live member.
+func (g *Gossip) sendLoop(ctx context.Context) {
+	defer g.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg := <-g.outbox:
+			g.sendAll(msg)
+		}
+	}
+}
+
+// sendAll sends msg to every other live member at once, so that a slow
+// peer delays nobody else.
+func (g *Gossip) sendAll(msg []byte) {
+	var wg sync.WaitGroup
+	for _, n := range g.peers() {
+		wg.Go(func() {
+			if err := g.ml.SendReliable(&n, msg); err != nil {
+				g.stats.streamFailures.Add(1)
+				return
+			}
+			g.stats.streamed.Add(1)
+		})
+	}
+	wg.Wait()
+}
+
+// rejoinLoop joins the seeds, and peers that went away without leaving,
+// whenever they are not members: memberlist stops gossiping to a dead
+// node after a while, so two sides of a partition would otherwise never
+// find each other again.
+func (g *Gossip) rejoinLoop(ctx context.Context) {
+	defer g.wg.Done()
+	for {
+		t := g.clk.NewTimer(g.cfg.RejoinInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		if addrs := g.missing(); len(addrs) > 0 {
+			g.join(addrs)
+		}
+	}
+}
+
+// missing returns the seeds and lost peers that are not live members.
+func (g *Gossip) missing() []string {
+	live := map[string]bool{g.addr: true}
+	for _, n := range g.peers() {
+		live[n.Address()] = true
+	}
+	var out []string
+	for _, s := range g.cfg.Seeds {
+		if !live[s] {
+			out = append(out, s)
+		}
+	}
+	now := g.now()
+	g.lock()
+	defer g.mu.Unlock()
+	for _, p := range g.tab.peers {
+		if p != g.tab.self && !p.alive && !p.left && p.addr != "" && !live[p.addr] && now.mono-p.downAt <= g.tab.forget {
+			out = append(out, p.addr)
+		}
+	}
+	return out
+}
+
+// Close sends this node's last counts and a farewell to its peers, so
+// that its share goes to the others at once, leaves the memberlist
+// cluster, and stops every goroutine. Close the Limiter using the Gossip first, so its last
+// consumption is reported. Close is safe to call more than once.
+func (g *Gossip) Close() error {
+	g.closeOnce.Do(func() {
+		g.closed.Store(true)
+		now := g.now()
+		g.lock()
+		var msgs [][]byte
+		var w encoder
+		for _, k := range g.tab.keys {
+			if k.own.seq == 0 || k.local == nil || now.mono-k.local.usedAt > g.tab.grace {
+				continue
+			}
+			if len(w.b) == 0 {
+				w.header(kindUpdate)
+				w.section(g.name, g.inc)
+			}
+			w.entry(&k.own)
+			if len(w.b) >= maxBatch {
+				msgs = append(msgs, w.finish())
+				w = encoder{}
+			}
+		}
+		g.mu.Unlock()
+		if len(w.b) > 0 {
+			msgs = append(msgs, w.finish())
+		}
+		var bye encoder
+		bye.header(kindLeave)
+		bye.section(g.name, g.inc)
+		msgs = append(msgs, bye.finish())
+		for _, m := range msgs {
+			g.sendAll(m)
+		}
+		err := g.ml.Leave(g.cfg.TCPTimeout)
+		g.cancel()
+		g.wg.Wait()
+		g.closeErr = errors.Join(err, g.ml.Shutdown())
+		if g.closeErr != nil {
+			g.closeErr = fmt.Errorf("gossip: closing: %w", g.closeErr)
+		}
+	})
+	return g.closeErr
+}

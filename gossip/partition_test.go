@@ -1,0 +1,155 @@
+package gossip_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/gossip"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
+)
+
+// TestPartitionKeepsShares splits a loaded fleet {1,2,3} | {4,5} through
+// the fault-injecting transport. Each side goes on limiting with the
+// shares it held, keeping the other side's reserved: neither admits more
+// than its part of the limit, so together they stay within it.
+func TestPartitionKeepsShares(t *testing.T) {
+	t.Parallel()
+	const (
+		limit = 1000
+		cut   = 2 * time.Second
+		heal  = 6 * time.Second
+		run   = 7 * time.Second
+	)
+	policy := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second}
+	c := gossiptest.Start(t, 5, nil)
+	nodes := limiters(t, c, 100*time.Millisecond, global.DemandWeighted, policy)
+	go func() {
+		time.Sleep(cut)
+		c.Partition([]int{0, 1, 2}, []int{3, 4})
+		time.Sleep(heal - cut)
+		c.Heal()
+	}()
+	r := fleettest.Drive(t, nodes, "k", []float64{400, 400, 400, 400, 400}, run)
+	// From a second after the cut (the last leases granted before it are
+	// spent) to the heal.
+	from, to := cut+time.Second, heal
+	secs := (to - from).Seconds()
+	a := float64(r.AdmittedBetween(from, to, 0, 1, 2)) / secs
+	b := float64(r.AdmittedBetween(from, to, 3, 4)) / secs
+	t.Logf("during the partition: {1,2,3} admitted %.0f/s (share 600), {4,5} %.0f/s (share 400), together %.0f/s (limit %d); whole run %d of ideal %d",
+		a, b, a+b, limit, len(r.Admitted), r.Ideal(t, policy))
+	assert.LessOrEqual(t, a, 600*1.1, "{1,2,3} within its reserved share")
+	assert.LessOrEqual(t, b, 400*1.1, "{4,5} within its reserved share")
+	assert.GreaterOrEqual(t, a+b, limit*0.8, "the sides keep serving their shares")
+}
+
+// TestPartitionHeals counts on both sides of a partition and checks that
+// after the heal every node sees both sides' counts.
+func TestPartitionHeals(t *testing.T) {
+	t.Parallel()
+	c := gossiptest.Start(t, 5, func(i int, cfg *gossip.Config) {
+		cfg.RejoinInterval = 500 * time.Millisecond
+		cfg.Tune = fastFailureDetection
+	})
+	for _, g := range c.Nodes {
+		sync(t, g, "k", window, 0, 1)
+	}
+	c.Partition([]int{0, 1, 2}, []int{3, 4})
+	sync(t, c.Nodes[0], "k", window, 100, 1)
+	sync(t, c.Nodes[3], "k", window, 50, 1)
+	require.Eventually(t, func() bool {
+		return sync(t, c.Nodes[2], "k", window, 0, 1).Used == 100 && sync(t, c.Nodes[4], "k", window, 0, 1).Used == 50
+	}, 3*time.Second, 10*time.Millisecond, "each side sees its own counts")
+	// Until memberlist has declared the other side dead.
+	c.WaitMembers(t, 3, 20*time.Second, 0, 1, 2)
+	c.WaitMembers(t, 2, 20*time.Second, 3, 4)
+	start := time.Now()
+	c.Heal()
+	c.WaitMembers(t, 5, 20*time.Second)
+	for i, g := range c.Nodes {
+		require.Eventually(t, func() bool { return sync(t, g, "k", window, 0, 1).Used == 150 }, 5*time.Second, 10*time.Millisecond,
+			"node %d converges on both sides' counts", i+1)
+	}
+	t.Logf("after the heal, all 5 nodes agreed on the counts in %v", time.Since(start))
+}
+
+// TestGracefulLeave checks that a node that leaves hands its share to the
+// others within one sync interval of its Close.
+func TestGracefulLeave(t *testing.T) {
+	t.Parallel()
+	const interval = 100 * time.Millisecond
+	c := gossiptest.Start(t, 5, nil)
+	equal := func(g *gossip.Gossip) global.Grant {
+		resp, err := g.Sync(t.Context(), &global.Request{Interval: interval, Shares: global.Equal,
+			Keys: []global.Usage{{Key: "k", Limit: window, Demand: 10}}})
+		require.NoError(t, err)
+		return resp.Grants[0]
+	}
+	for _, g := range c.Nodes {
+		equal(g)
+	}
+	for _, g := range c.Nodes[:4] {
+		require.Eventually(t, func() bool { return equal(g).Nodes == 5 }, 2*time.Second, 5*time.Millisecond)
+	}
+	require.NoError(t, c.Nodes[4].Close())
+	closed := time.Now()
+	for i, g := range c.Nodes[:4] {
+		require.Eventually(t, func() bool { g := equal(g); return g.Nodes == 4 && g.Weight == 0.25 }, 2*time.Second, time.Millisecond)
+		took := time.Since(closed)
+		t.Logf("node %d: share redistributed %v after the leaver's Close returned", i+1, took)
+		assert.LessOrEqual(t, took, interval, "within one interval")
+	}
+}
+
+// TestStrangersRefused starts a fleet with a key and a label, and nodes
+// with the wrong key or the wrong label: they cannot join, and what they
+// count never reaches the fleet.
+func TestStrangersRefused(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef")
+	c := gossiptest.Start(t, 3, func(i int, cfg *gossip.Config) { cfg.SecretKey, cfg.Label = key, "prod" })
+	tests := []struct {
+		name  string
+		key   []byte
+		label string
+	}{
+		{"wrong key", []byte("fedcba9876543210"), "prod"},
+		{"no key", nil, "prod"},
+		{"wrong label", key, "staging"},
+		{"no label", key, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := gossip.New(gossip.Config{Name: "stranger", BindAddr: "127.0.0.1", SecretKey: tt.key, Label: tt.label, TCPTimeout: 500 * time.Millisecond})
+			require.NoError(t, err)
+			defer func() { _ = s.Close() }()
+			_, err = s.Join(c.Nodes[0].Addr())
+			assert.Error(t, err, "the join is refused")
+			assert.Len(t, s.Members(), 1)
+			// The stranger gossips counts straight at a member anyway.
+			resp, err := s.Sync(t.Context(), &global.Request{Interval: 100 * time.Millisecond,
+				Keys: []global.Usage{{Key: "k", Limit: window, Consumed: 500, Demand: 1}}})
+			require.NoError(t, err)
+			require.NoError(t, resp.Grants[0].Err)
+			time.Sleep(300 * time.Millisecond)
+			for _, g := range c.Nodes {
+				assert.Len(t, g.Members(), 3)
+				assert.Zero(t, sync(t, g, "k", window, 0, 1).Used, "no count from the stranger")
+			}
+		})
+	}
+}
+
+// fastFailureDetection has memberlist declare an unreachable node dead in
+// about a second rather than about ten.
+func fastFailureDetection(c *memberlist.Config) {
+	c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult = 200*time.Millisecond, 100*time.Millisecond, 2
+}

@@ -1,0 +1,621 @@
+package gossip
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+// The table is the node's view of the fleet: per key, one entry per node
+// (a G-counter per key and window, plus each node's lease, demand and
+// weight). It does no I/O and reads no clock; the Gossip feeds it
+// messages, membership events and the time.
+//
+// Counts merge by max per window, so a message applied twice, late or out
+// of order changes nothing it should not. Leases, demands and weights are
+// not counters: the newest (highest seq) wins.
+
+const (
+	// refresh is how often an unchanged entry is sent again, so that a
+	// peer that missed it, or joined since, learns it, and so that peers
+	// can tell a live node from a silent one.
+	refresh = time.Second
+	// staleAfter is how long after its last update a peer's entry stops
+	// counting as live: three refreshes, or one and a half lease TTLs for
+	// a node that syncs less often than once a second.
+	staleAfter = 3 * refresh
+	// weightScale is the wire's fixed-point unit for a weight.
+	weightScale = math.MaxUint16
+)
+
+// instant is a moment on both of the clock's scales: mono (Nanotime) for
+// ages and wall (Unix nanoseconds) for windows, which every node must
+// agree on.
+type instant struct {
+	mono int64
+	wall int64
+}
+
+// peer is what the table knows of another node.
+type peer struct {
+	name   string
+	inc    uint64 // its incarnation: when it started
+	alive  bool   // memberlist counts it a member
+	left   bool   // it left gracefully: its share is free at once
+	heard  int64  // when it last sent us an update itself (mono)
+	downAt int64  // when memberlist last reported it gone (mono)
+	addr   string // its memberlist address, for re-joins
+	counts int    // how many keys hold an entry of it
+}
+
+// count is one peer's entry for one key.
+type count struct {
+	p      *peer
+	inc    uint64
+	e      entry
+	recvAt int64 // when e.seq last advanced (mono)
+}
+
+// key is one key's state.
+type key struct {
+	hash  uint64
+	own   entry // this node's entry; seq is 0 until the key is used here
+	local *use  // this node's use of the key; nil if only peers use it
+	peers []count
+	sent  int64 // when own was last queued for sending (mono)
+	dirty bool  // own changed since it was last queued
+}
+
+// use is this node's state for a key it syncs.
+type use struct {
+	limit      global.Limit
+	level      float64 // token bucket: the fleet's bucket as this node reconstructs it
+	levelAt    int64
+	meter      float64 // token bucket: this node's share of the bucket
+	meterAt    int64
+	lease      uint64 // the last lease granted
+	leaseEpoch uint64 // the window it was granted in
+	usedAt     int64  // the last sync (mono)
+}
+
+// table is not safe for concurrent use; Gossip guards it with a mutex.
+type table struct {
+	self     *peer
+	peers    map[string]*peer
+	keys     map[uint64]*key
+	maxKeys  int
+	maxPeers int
+	grace    int64
+	forget   int64 // how long a gone peer is remembered
+
+	scratch []float64
+	dropped uint64 // entries refused: table full, or unknown peer beyond maxPeers
+}
+
+func newTable(self string, inc uint64, cfg *Config) *table {
+	p := &peer{name: self, inc: inc, alive: true}
+	return &table{
+		self:     p,
+		peers:    map[string]*peer{self: p},
+		keys:     make(map[uint64]*key),
+		maxKeys:  cfg.MaxKeys,
+		maxPeers: cfg.MaxPeers,
+		grace:    int64(cfg.Grace),
+		forget:   int64(10 * cfg.Grace),
+	}
+}
+
+// epochOf is the window wall falls in, for a window of ms milliseconds,
+// and how far into it wall is, in [0, 1).
+func epochOf(wall int64, ms uint64) (uint64, float64) {
+	t := uint64(max(wall, 0)) / uint64(time.Millisecond)
+	return t / ms, float64(t%ms) / float64(ms)
+}
+
+// roll moves e forward to window ep, keeping what it counted in ep-1.
+func (e *entry) roll(ep uint64) {
+	if e.epoch >= ep {
+		return
+	}
+	e.cur, e.prev, e.epoch = e.countAt(ep), e.countAt(ep-1), ep
+}
+
+// estimate is a sliding window's count over the last window: all of
+// window ep and the part of ep-1 still inside it.
+func (e *entry) estimate(ep uint64, frac float64) float64 {
+	return float64(e.countAt(ep)) + float64(e.countAt(ep-1))*(1-frac)
+}
+
+// peerFor returns the peer named name, remembering it if it is new and
+// there is room.
+func (t *table) peerFor(name []byte) *peer {
+	if p, ok := t.peers[string(name)]; ok {
+		return p
+	}
+	if len(t.peers) > t.maxPeers {
+		return nil
+	}
+	p := &peer{name: string(name)}
+	t.peers[p.name] = p
+	return p
+}
+
+// keyFor returns the key hashed h, creating it if there is room or
+// force is set (this node's own keys are always tracked).
+func (t *table) keyFor(h uint64, force bool) *key {
+	if k, ok := t.keys[h]; ok {
+		return k
+	}
+	if !force && len(t.keys) >= t.maxKeys {
+		return nil
+	}
+	k := &key{hash: h}
+	t.keys[h] = k
+	return k
+}
+
+// merge applies a decoded message. An update comes from its origin
+// itself, so the origin is known to be alive; a state relays what its
+// sender knows; a leave frees its origin's shares. It returns how many
+// entries changed the table.
+func (t *table) merge(m *message, now instant) (changed int) {
+	for i := range m.sections {
+		s := &m.sections[i]
+		p := t.peerFor(s.name)
+		if p == nil {
+			t.dropped += uint64(len(s.entries))
+			continue
+		}
+		if p == t.self {
+			continue // our own entries, relayed back: we know better
+		}
+		switch {
+		case s.inc < p.inc:
+			continue // from before the peer restarted
+		case s.inc > p.inc:
+			p.inc, p.left = s.inc, false
+		}
+		switch m.kind {
+		case kindUpdate:
+			p.heard = now.mono
+		case kindLeave:
+			p.alive, p.left, p.downAt = false, true, now.mono
+		}
+		for j := range s.entries {
+			if t.mergeEntry(p, s.inc, &s.entries[j], now) {
+				changed++
+			}
+		}
+	}
+	return changed
+}
+
+// mergeEntry merges one peer's entry for one key, and takes what the peer
+// newly consumed out of this node's reconstruction of the key's bucket.
+func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
+	k := t.keyFor(e.hash, false)
+	if k == nil {
+		t.dropped++
+		return false
+	}
+	var c *count
+	for i := range k.peers {
+		if k.peers[i].p == p {
+			c = &k.peers[i]
+			break
+		}
+	}
+	if c == nil {
+		k.peers = append(k.peers, count{p: p})
+		c = &k.peers[len(k.peers)-1]
+		p.counts++
+	}
+	old := c.e
+	if c.inc != inc || old.windowMs != e.windowMs {
+		if c.inc > inc || (c.inc == inc && old.seq >= e.seq) {
+			return false // an older incarnation, or an older window setting
+		}
+		old = entry{}
+	}
+	// The G-counter: per window, the larger count wins.
+	ep := max(old.epoch, e.epoch)
+	cur := max(old.countAt(ep), e.countAt(ep))
+	prev := max(old.countAt(ep-1), e.countAt(ep-1))
+	delta := (cur - old.countAt(ep)) + (prev - old.countAt(ep-1))
+	next := old
+	if e.seq > old.seq {
+		next = *e
+		c.recvAt = now.mono
+	}
+	next.epoch, next.cur, next.prev = ep, cur, prev
+	if next == c.e && c.inc == inc {
+		return false
+	}
+	c.e, c.inc = next, inc
+	if u := k.local; u != nil && u.limit.Algorithm == global.TokenBucket && delta > 0 {
+		u.level -= float64(delta)
+	}
+	return true
+}
+
+// join and leave record membership events.
+func (t *table) join(name, addr string) {
+	p := t.peerFor([]byte(name))
+	if p == nil || p == t.self {
+		return
+	}
+	p.alive, p.left, p.addr = true, false, addr
+}
+
+func (t *table) leave(name string, now instant) {
+	p := t.peers[name]
+	if p == nil || p == t.self {
+		return
+	}
+	p.alive, p.downAt = false, now.mono
+}
+
+// alone reports whether this node is cut off from a fleet it expects: no
+// peer is alive, but some peer that did not leave gracefully was seen
+// within the forget horizon.
+func (t *table) alone(now instant) bool {
+	expect := false
+	for _, p := range t.peers {
+		if p == t.self || p.left {
+			continue
+		}
+		if p.alive {
+			return false
+		}
+		if p.downAt != 0 && now.mono-p.downAt <= t.forget {
+			expect = true
+		}
+	}
+	return expect
+}
+
+// standing is how a peer's entry counts toward a key's shares.
+type standing int
+
+const (
+	gone   standing = iota // left, idle, dropped the key, or silent past the grace
+	live                   // current: split the budget by its demand
+	silent                 // not heard from lately: its last weight stays reserved
+)
+
+func (t *table) standingOf(c *count, now instant) standing {
+	if c.p.left || (c.e.demand == 0 && c.e.reserved == 0) {
+		return gone
+	}
+	age := now.mono - c.recvAt
+	stale := max(int64(staleAfter), int64(c.e.ttlMs)*int64(time.Millisecond)*3/2)
+	switch {
+	case age <= stale:
+		return live
+	case c.p.alive && now.mono-c.p.heard <= stale:
+		return gone // it is talking, just not about this key
+	case age <= t.grace:
+		return silent
+	}
+	return gone
+}
+
+// leaseStands reports whether c's lease is still outstanding.
+func leaseStands(c *count, now instant) bool {
+	return !c.p.left && c.e.reserved > 0 && now.mono-c.recvAt <= int64(c.e.ttlMs)*int64(time.Millisecond)
+}
+
+// sync records this node's use of one key and grants its next lease.
+// interval is the caller's sync interval.
+func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shares, now instant) global.Grant {
+	lim := u.Limit
+	if err := lim.Validate(); err != nil {
+		return global.Grant{Err: err}
+	}
+	k := t.keyFor(xxh3.HashString(u.Key), true)
+	ms := uint64(lim.Window / time.Millisecond)
+	burst := lim.Burst
+	if lim.Algorithm != global.TokenBucket || burst == 0 {
+		burst = lim.Limit
+	}
+	B := float64(burst)
+	perNs := float64(lim.Limit) / float64(lim.Window)
+	ep, frac := epochOf(now.wall, ms)
+
+	own := &k.own
+	if own.windowMs != ms {
+		*own = entry{hash: k.hash, windowMs: ms, epoch: ep, seq: own.seq}
+	}
+	own.roll(ep)
+	l := k.local
+	if l == nil || l.limit != lim {
+		l = &use{limit: lim, levelAt: now.mono, meterAt: now.mono, meter: -1}
+		k.local = l
+		if lim.Algorithm == global.TokenBucket {
+			l.level = B - t.used(k, ms, ep, frac)
+		}
+	}
+	l.usedAt = now.mono
+
+	// What was spent from the last lease was spent in the window it was
+	// granted in: a sliding window's lease lapses at the window's edge.
+	// The rest (spent past the lease, while the fleet was unreachable)
+	// is counted now.
+	consumed := uint64(max(u.Consumed, 0))
+	if fromLease := min(consumed, l.lease); l.leaseEpoch+1 == ep && fromLease > 0 {
+		own.prev += fromLease
+		consumed -= fromLease
+	}
+	own.cur += consumed
+	spent := float64(max(u.Consumed, 0))
+
+	demand := max(u.Demand, 0)
+	rate := uint64(0)
+	if demand > 0 {
+		rate = uint64(math.Ceil(float64(demand) / max(interval.Seconds(), 1e-3)))
+	}
+	w, nodes := t.weight(k, rate, shares, now)
+
+	var lease, remaining int64
+	var used float64
+	var resetAfter time.Duration
+	others := 0.0
+	for i := range k.peers {
+		c := &k.peers[i]
+		if leaseStands(c, now) && (lim.Algorithm == global.TokenBucket || c.e.epoch == ep) {
+			others += float64(c.e.reserved)
+		}
+	}
+	switch lim.Algorithm {
+	case global.TokenBucket:
+		dt := float64(now.mono - l.levelAt)
+		l.level = min(B, l.level+perNs*dt) - spent
+		l.levelAt = now.mono
+		// This node's own meter: its weight's part of the rate and the
+		// burst. It is what bounds a node that cannot hear its peers.
+		capacity := w * B
+		if l.meter < 0 {
+			l.meter = capacity
+		} else {
+			l.meter = min(capacity, l.meter+w*perNs*float64(now.mono-l.meterAt)) - spent
+		}
+		l.meterAt = now.mono
+		free := l.level - others
+		lease = clampLease(demand, l.meter, free)
+		remaining = int64(max(0, free-float64(lease)))
+		used = B - l.level
+		resetAfter = time.Duration((B - l.level) / perNs)
+	case global.SlidingWindow:
+		used = t.used(k, ms, ep, frac)
+		free := float64(lim.Limit) - used - others
+		meter := w*float64(lim.Limit) - own.estimate(ep, frac)
+		lease = clampLease(demand, meter, free)
+		remaining = int64(max(0, free-float64(lease)))
+		// A count in the current window lasts until the end of the next;
+		// a lease will be counted in the current window when spent.
+		edge := time.Duration(float64(lim.Window) * (1 - frac))
+		switch {
+		case lease > 0 || t.curCount(k, ms, ep) > 0:
+			resetAfter = edge + lim.Window
+		case used > 0:
+			resetAfter = edge
+		}
+	}
+
+	l.lease, l.leaseEpoch = uint64(lease), ep
+	ttl := 2 * interval
+	own.seq++
+	k.dirty = true
+	own.reserved = uint64(lease)
+	own.ttlMs = uint64(min(ttl.Milliseconds(), maxTTLms))
+	own.demand = min(rate, maxCount)
+	own.weight = uint16(math.Round(min(max(w, 0), 1) * weightScale))
+	return global.Grant{
+		Lease:      lease,
+		TTL:        ttl,
+		Used:       int64(max(0, math.Ceil(used-1e-9))),
+		Remaining:  remaining,
+		Nodes:      nodes,
+		Weight:     w,
+		ResetAfter: max(0, resetAfter),
+	}
+}
+
+// clampLease is the lease: the demand, if the node's share and the
+// fleet's free budget both allow it.
+func clampLease(demand int64, share, free float64) int64 {
+	if demand <= 0 {
+		return 0
+	}
+	g := math.Floor(min(float64(demand), share, free))
+	if g < 1 {
+		return 0
+	}
+	return int64(g)
+}
+
+// used is the fleet's sliding-window count for k over the window ending
+// now, from every node's entry with the same window.
+func (t *table) used(k *key, ms, ep uint64, frac float64) float64 {
+	n := 0.0
+	if k.own.windowMs == ms {
+		n += k.own.estimate(ep, frac)
+	}
+	for i := range k.peers {
+		if e := &k.peers[i].e; e.windowMs == ms {
+			n += e.estimate(ep, frac)
+		}
+	}
+	return n
+}
+
+// curCount is the fleet's count in window ep.
+func (t *table) curCount(k *key, ms, ep uint64) uint64 {
+	n := k.own.countAt(ep)
+	for i := range k.peers {
+		if e := &k.peers[i].e; e.windowMs == ms {
+			n += e.countAt(ep)
+		}
+	}
+	return n
+}
+
+// weight is this node's share of k's budget and the number of nodes the
+// budget is split between. Silent peers keep the weight they last
+// reported; live nodes split the rest: equally, or by demand, max-min
+// fair (a node that wants less than an even split gets what it wants, and
+// the others share what it leaves; if all want less than there is, each
+// gets a part in proportion to its demand).
+func (t *table) weight(k *key, rate uint64, shares global.Shares, now instant) (float64, int) {
+	demands := append(t.scratch[:0], float64(rate))
+	reserved, n := 0.0, 1
+	for i := range k.peers {
+		c := &k.peers[i]
+		switch t.standingOf(c, now) {
+		case live:
+			demands = append(demands, float64(c.e.demand))
+			n++
+		case silent:
+			reserved += float64(c.e.weight) / weightScale
+			n++
+		}
+	}
+	t.scratch = demands
+	if shares == global.Equal {
+		return 1 / float64(n), n
+	}
+	if rate == 0 {
+		return 0, n
+	}
+	avail := max(0, 1-reserved)
+	perSec := float64(k.local.limit.Limit) / k.local.limit.Window.Seconds()
+	capacity := perSec * avail
+	total := 0.0
+	for _, d := range demands {
+		total += d
+	}
+	if total <= capacity {
+		return avail * float64(rate) / total, n
+	}
+	slices.Sort(demands)
+	left := capacity
+	for i, d := range demands {
+		if even := left / float64(len(demands)-i); d > even {
+			return min(float64(rate), even) / perSec, n
+		}
+		left -= d
+	}
+	return float64(rate) / perSec, n
+}
+
+// pending calls f with this node's entries that changed since they were
+// last sent, and those in use that were last sent longer than refresh
+// ago: a peer that missed an update, or joined since, learns it, and
+// peers can tell this node is alive.
+func (t *table) pending(now instant, f func(k *key)) {
+	for _, k := range t.keys {
+		if k.local == nil || k.own.seq == 0 {
+			continue
+		}
+		if k.dirty || now.mono-k.sent >= int64(refresh) && now.mono-k.local.usedAt <= t.grace {
+			k.sent, k.dirty = now.mono, false
+			f(k)
+		}
+	}
+}
+
+// gc forgets what can no longer matter: keys nobody has counted in the
+// last two windows and nobody holds a lease or share on, and peers gone
+// for longer than the forget horizon.
+func (t *table) gc(now instant) {
+	for h, k := range t.keys {
+		if u := k.local; u != nil && now.mono-u.usedAt <= max(int64(2*u.limit.Window), t.grace) {
+			continue
+		}
+		keep := k.peers[:0]
+		for _, c := range k.peers {
+			ep, _ := epochOf(now.wall, c.e.windowMs)
+			if c.e.epoch+1 >= ep || leaseStands(&c, now) || t.standingOf(&c, now) != gone {
+				keep = append(keep, c)
+			} else {
+				c.p.counts--
+			}
+		}
+		clear(k.peers[len(keep):])
+		k.peers = keep
+		if len(keep) == 0 {
+			if k.own.seq != 0 {
+				ep, _ := epochOf(now.wall, k.own.windowMs)
+				if k.own.epoch+1 >= ep {
+					continue
+				}
+			}
+			delete(t.keys, h)
+		}
+	}
+	for name, p := range t.peers {
+		if p != t.self && !p.alive && p.counts == 0 && now.mono-p.downAt > t.forget {
+			delete(t.peers, name)
+		}
+	}
+}
+
+// snapshot encodes every entry that still matters, this node's first, at
+// most max of them, as a state message into w; nil if there is none.
+func (t *table) snapshot(w *encoder, max int, now instant) []byte {
+	type origin struct {
+		p   *peer
+		inc uint64
+	}
+	groups := map[origin][]*entry{}
+	order := []origin{{t.self, t.self.inc}}
+	n := 0
+	for _, k := range t.keys {
+		if n < max && k.own.seq != 0 && t.matters(&k.own, now) {
+			groups[order[0]] = append(groups[order[0]], &k.own)
+			n++
+		}
+	}
+	for _, k := range t.keys {
+		for i := range k.peers {
+			c := &k.peers[i]
+			if n >= max {
+				break
+			}
+			if c.p.left || !(t.matters(&c.e, now) || leaseStands(c, now) || t.standingOf(c, now) != gone) {
+				continue
+			}
+			o := origin{c.p, c.inc}
+			if _, ok := groups[o]; !ok {
+				order = append(order, o)
+			}
+			groups[o] = append(groups[o], &c.e)
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	w.header(kindState)
+	for _, o := range order {
+		if len(groups[o]) == 0 {
+			continue
+		}
+		w.section(o.p.name, o.inc)
+		for _, e := range groups[o] {
+			w.entry(e)
+		}
+	}
+	return w.finish()
+}
+
+// matters reports whether e counts anything in the current or previous
+// window.
+func (t *table) matters(e *entry, now instant) bool {
+	ep, _ := epochOf(now.wall, e.windowMs)
+	return e.epoch+1 >= ep
+}

@@ -1,0 +1,176 @@
+package gossip
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/zeebo/xxh3"
+
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+var t0 = instant{mono: int64(time.Hour), wall: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()}
+
+func (i instant) add(d time.Duration) instant { return instant{i.mono + int64(d), i.wall + int64(d)} }
+
+func testTable() *table {
+	cfg, _ := Config{Name: "self"}.withDefaults()
+	return newTable("self", 1, &cfg)
+}
+
+var sw = global.Limit{Algorithm: global.SlidingWindow, Limit: 1000, Window: time.Hour}
+
+// update is a one-entry message from origin.
+func updateFrom(origin string, inc uint64, e entry) *message {
+	return &message{kind: kindUpdate, sections: []section{{name: []byte(origin), inc: inc, entries: []entry{e}}}}
+}
+
+func peerEntry(key string, at instant, cur, seq uint64) entry {
+	ep, _ := epochOf(at.wall, uint64(sw.Window/time.Millisecond))
+	return entry{hash: xxh3.HashString(key), windowMs: uint64(sw.Window / time.Millisecond), epoch: ep,
+		cur: cur, seq: seq, demand: 10, ttlMs: 200, weight: weightScale / 2}
+}
+
+func grant(t *testing.T, tab *table, key string, consumed, demand int64, at instant) global.Grant {
+	t.Helper()
+	g := tab.sync(&global.Usage{Key: key, Limit: sw, Consumed: consumed, Demand: demand}, 100*time.Millisecond, global.DemandWeighted, at)
+	require.NoError(t, g.Err)
+	return g
+}
+
+func TestMergeIsAJoin(t *testing.T) {
+	t.Parallel()
+	a := peerEntry("k", t0, 5, 1)
+	b := peerEntry("k", t0, 9, 2)
+	c := peerEntry("k", t0, 7, 3) // newer lease, but an older count got through first elsewhere
+	orders := [][]entry{{a, b, c}, {c, b, a}, {b, a, c, a, b, c}, {a, a, a, b, b, c, c}}
+	for _, order := range orders {
+		tab := testTable()
+		for _, e := range order {
+			tab.merge(updateFrom("p", 1, e), t0)
+		}
+		g := grant(t, tab, "k", 0, 0, t0)
+		assert.Equal(t, int64(9), g.Used, "counts merge by max, whatever the order or repetition")
+		k := tab.keys[xxh3.HashString("k")]
+		assert.Equal(t, uint64(3), k.peers[0].e.seq, "the newest lease wins")
+	}
+}
+
+func TestMergeAcrossWindows(t *testing.T) {
+	t.Parallel()
+	tab := testTable()
+	next := t0.add(time.Hour)
+	old := peerEntry("k", t0, 50, 1)
+	e := peerEntry("k", next, 10, 2)
+	e.prev = 50
+	tab.merge(updateFrom("p", 1, e), next)
+	tab.merge(updateFrom("p", 1, old), next) // late: nothing new
+	k := tab.keys[xxh3.HashString("k")]
+	assert.Equal(t, uint64(10), k.peers[0].e.cur)
+	assert.Equal(t, uint64(50), k.peers[0].e.prev)
+}
+
+func TestRestartedPeerReplacesItsEntries(t *testing.T) {
+	t.Parallel()
+	tab := testTable()
+	tab.merge(updateFrom("p", 1, peerEntry("k", t0, 50, 9)), t0)
+	tab.merge(updateFrom("p", 2, peerEntry("k", t0, 3, 1)), t0)
+	tab.merge(updateFrom("p", 1, peerEntry("k", t0, 60, 10)), t0) // from before the restart
+	assert.Equal(t, int64(3), grant(t, tab, "k", 0, 0, t0).Used)
+}
+
+func TestOwnEntriesFromPeersAreIgnored(t *testing.T) {
+	t.Parallel()
+	tab := testTable()
+	tab.merge(updateFrom("self", 1, peerEntry("k", t0, 500, 99)), t0)
+	assert.Equal(t, int64(0), grant(t, tab, "k", 0, 0, t0).Used)
+}
+
+func TestTableBounds(t *testing.T) {
+	t.Parallel()
+	cfg, _ := Config{Name: "self", MaxKeys: 2, MaxPeers: 2}.withDefaults()
+	tab := newTable("self", 1, &cfg)
+	for i, key := range []string{"a", "b", "c"} {
+		tab.merge(updateFrom("p", 1, peerEntry(key, t0, uint64(i+1), 1)), t0)
+	}
+	assert.Len(t, tab.keys, 2)
+	for _, p := range []string{"q", "r", "s"} {
+		tab.merge(updateFrom(p, 1, peerEntry("a", t0, 1, 1)), t0)
+	}
+	assert.LessOrEqual(t, len(tab.peers), 3, "self and MaxPeers others")
+	assert.NotZero(t, tab.dropped)
+	grant(t, tab, "own", 1, 1, t0)
+	assert.Contains(t, tab.keys, xxh3.HashString("own"), "this node's own keys are always tracked")
+}
+
+func TestSharesAndGrace(t *testing.T) {
+	t.Parallel()
+	tab := testTable()
+	tab.join("p", "127.0.0.1:1")
+	tab.join("q", "127.0.0.1:2")
+	tab.merge(updateFrom("p", 1, peerEntry("k", t0, 0, 1)), t0)
+	tab.merge(updateFrom("q", 1, peerEntry("k", t0, 0, 1)), t0)
+
+	// Three live nodes demanding 10/s each.
+	g := grant(t, tab, "k", 0, 1, t0)
+	assert.Equal(t, 3, g.Nodes)
+	assert.InDelta(t, 1.0/3, g.Weight, 1e-9)
+
+	// p left gracefully: its share is free at once.
+	tab.merge(&message{kind: kindLeave, sections: []section{{name: []byte("p"), inc: 1}}}, t0)
+	g = grant(t, tab, "k", 0, 1, t0)
+	assert.Equal(t, 2, g.Nodes)
+	assert.InDelta(t, 0.5, g.Weight, 1e-9)
+
+	// q goes silent: declared dead, nothing heard. Its last weight (1/2)
+	// stays reserved for the grace period, then is released.
+	tab.leave("q", t0)
+	later := t0.add(10 * time.Second)
+	g = grant(t, tab, "k", 0, 1, later)
+	assert.Equal(t, 2, g.Nodes)
+	assert.InDelta(t, 0.5, g.Weight, 1e-3, "a silent peer keeps its share for the grace period")
+	assert.True(t, tab.alone(later), "cut off from a peer that did not leave")
+	g = grant(t, tab, "k", 0, 1, t0.add(DefaultGrace+time.Second))
+	assert.Equal(t, 1, g.Nodes)
+	assert.InDelta(t, 1.0, g.Weight, 1e-9)
+}
+
+func TestWaterFilling(t *testing.T) {
+	t.Parallel()
+	tab := testTable()
+	tb := global.Limit{Limit: 100, Window: time.Second}
+	h := xxh3.HashString("k")
+	for i, d := range []uint64{10, 200} {
+		tab.join(string(rune('p'+i)), "")
+		e := entry{hash: h, windowMs: 1000, epoch: 1, seq: 1, demand: d, ttlMs: 200}
+		tab.merge(updateFrom(string(rune('p'+i)), 1, e), t0)
+	}
+	// This node wants 50/s; the limit is 100/s; p wants 10/s and gets
+	// it; this node and q split the other 90 evenly: 45 each.
+	g := tab.sync(&global.Usage{Key: "k", Limit: tb, Demand: 5}, 100*time.Millisecond, global.DemandWeighted, t0)
+	assert.InDelta(t, 0.45, g.Weight, 1e-9)
+}
+
+func TestTokenBucketLeases(t *testing.T) {
+	t.Parallel()
+	tab := testTable()
+	tb := global.Limit{Limit: 100, Window: time.Second}
+	use := func(consumed, demand int64, at instant) global.Grant {
+		return tab.sync(&global.Usage{Key: "k", Limit: tb, Consumed: consumed, Demand: demand}, 100*time.Millisecond, global.DemandWeighted, at)
+	}
+	g := use(0, 30, t0)
+	assert.Equal(t, int64(30), g.Lease)
+	// Spending the whole bucket leaves nothing to lease until it refills.
+	g = use(100, 30, t0)
+	assert.Zero(t, g.Lease)
+	assert.Equal(t, int64(100), g.Used)
+	g = use(0, 30, t0.add(200*time.Millisecond))
+	assert.Equal(t, int64(20), g.Lease, "0.2 s refills 20 tokens")
+	// A peer's consumption comes out of this node's view of the bucket.
+	tab.join("p", "")
+	tab.merge(updateFrom("p", 1, entry{hash: xxh3.HashString("k"), windowMs: 1000, epoch: 1, cur: 50, seq: 1}), t0.add(time.Second))
+	g = use(20, 100, t0.add(time.Second))
+	assert.InDelta(t, 100-20-50, 100-g.Used, 1, "20 left, refilled by 80 over 0.8 s, less 20 spent here and 50 there")
+}

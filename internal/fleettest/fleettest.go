@@ -1,0 +1,149 @@
+// Package fleettest measures fleets of hybrid Limiters under load: it
+// drives them with real goroutines on the wall clock, records every
+// arrival and admission, and compares the result with the limit and with
+// an ideal single limiter fed the same arrivals.
+package fleettest
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// Run is a fleet of Limiters offered load for a while: what each node was
+// offered and admitted, in nanoseconds since the start.
+type Run struct {
+	Start    time.Time
+	Offered  []int64   // every arrival, all nodes
+	Admitted []int64   // every admission, all nodes
+	PerNode  []int     // admitted by each node
+	ByNode   [][]int64 // each node's admissions
+}
+
+// Drive drives each of nodes with its own goroutines, offering rates[i]
+// requests per second of key for d, and collects every arrival.
+func Drive(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, d time.Duration) *Run {
+	t.Helper()
+	const perNode = 2 // goroutines per node
+	run := &Run{Start: time.Now(), PerNode: make([]int, len(nodes)), ByNode: make([][]int64, len(nodes))}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, l := range nodes {
+		for range perNode {
+			wg.Go(func() {
+				rate := rates[i] / perNode
+				var offered, admitted []int64
+				issued := 0
+				for {
+					now := time.Since(run.Start)
+					if now >= d {
+						break
+					}
+					for due := int(rate * now.Seconds()); issued < due; issued++ {
+						at := int64(time.Since(run.Start))
+						offered = append(offered, at)
+						dec, err := l.Allow(key)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if dec.Allowed() {
+							admitted = append(admitted, at)
+						}
+					}
+					time.Sleep(time.Millisecond)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				run.Offered = append(run.Offered, offered...)
+				run.Admitted = append(run.Admitted, admitted...)
+				run.PerNode[i] += len(admitted)
+				run.ByNode[i] = append(run.ByNode[i], admitted...)
+			})
+		}
+	}
+	wg.Wait()
+	return run
+}
+
+// MaxInWindow is the most admissions in any window of length w, sliding
+// in steps of w/100.
+func (r *Run) MaxInWindow(w time.Duration) int { return r.MaxInWindowFrom(w, 0) }
+
+// MaxAligned is the most admissions in any window of length w aligned to
+// the epoch, as a window algorithm counts them.
+func (r *Run) MaxAligned(w time.Duration) int {
+	off := int64(time.Duration(r.Start.UnixNano()) % w)
+	bins := map[int64]int{}
+	best := 0
+	for _, at := range r.Admitted {
+		i := (at + off) / int64(w)
+		bins[i]++
+		best = max(best, bins[i])
+	}
+	return best
+}
+
+// Ideal is how many of the run's arrivals a single limiter of policy p
+// admits.
+func (r *Run) Ideal(t *testing.T, p hybrid.Policy) int { return len(r.IdealRun(t, p).Admitted) }
+
+// IdealRun is what a single limiter of policy p admits of the run's
+// arrivals, and when.
+func (r *Run) IdealRun(t *testing.T, p hybrid.Policy) *Run {
+	t.Helper()
+	l, err := local.New(local.Config{Algorithm: p.Algorithm, Limit: p.Limit, Window: p.Window, Burst: p.Burst, Clock: clock.NewManual(r.Start)})
+	require.NoError(t, err)
+	arrivals := append([]int64(nil), r.Offered...)
+	slices.Sort(arrivals)
+	ideal := &Run{Start: r.Start, Offered: arrivals}
+	for _, at := range arrivals {
+		res, err := l.AllowNAt("k", r.Start.Add(time.Duration(at)), 1)
+		require.NoError(t, err)
+		if res.Allowed() {
+			ideal.Admitted = append(ideal.Admitted, at)
+		}
+	}
+	return ideal
+}
+
+// MaxInWindowFrom is MaxInWindow over the windows that start at or after
+// from: the steady state, once a bucket's initial burst is spent.
+func (r *Run) MaxInWindowFrom(w, from time.Duration) int {
+	step := int64(w / 100)
+	bins := map[int64]int{}
+	last := int64(0)
+	for _, at := range r.Admitted {
+		bins[at/step]++
+		last = max(last, at/step)
+	}
+	best := 0
+	for i := int64(from) / step; i+100 <= last+1; i++ {
+		sum := 0
+		for j := i; j < i+100; j++ {
+			sum += bins[j]
+		}
+		best = max(best, sum)
+	}
+	return best
+}
+
+// AdmittedBetween is how many of nodes' admissions fell in [from, to).
+func (r *Run) AdmittedBetween(from, to time.Duration, nodes ...int) int {
+	n := 0
+	for _, i := range nodes {
+		for _, at := range r.ByNode[i] {
+			if at >= int64(from) && at < int64(to) {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,99 @@
+// Package gossiptest starts fleets of real gossip nodes on 127.0.0.1 for
+// tests: free ports, one fault-injecting network between them, and
+// cleanup when the test ends.
+package gossiptest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/gossip"
+	"github.com/hybridlimit/hybridlimit/internal/faultnet"
+)
+
+// Cluster is a fleet of gossip nodes in this process.
+type Cluster struct {
+	Nodes      []*gossip.Gossip
+	Transports []*faultnet.Transport
+	Net        *faultnet.Network
+}
+
+// Start starts n nodes named node-1 … node-n on free loopback ports,
+// each seeded with node-1's address, and waits until every node sees all
+// n. tune, if not nil, adjusts node i's Config (0-based) before it
+// starts. The nodes are closed when the test ends.
+func Start(tb testing.TB, n int, tune func(i int, c *gossip.Config)) *Cluster {
+	tb.Helper()
+	c := &Cluster{Net: faultnet.New(), Transports: make([]*faultnet.Transport, n)}
+	for i := range n {
+		cfg := gossip.Config{
+			Name:     fmt.Sprintf("node-%d", i+1),
+			BindAddr: "127.0.0.1",
+			WrapTransport: func(t memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
+				w := c.Net.Wrap(t)
+				c.Transports[i] = w
+				return w
+			},
+		}
+		if i > 0 {
+			cfg.Seeds = []string{c.Nodes[0].Addr()}
+		}
+		if tune != nil {
+			tune(i, &cfg)
+		}
+		g, err := gossip.New(cfg)
+		require.NoError(tb, err, "starting node %d", i+1)
+		c.Nodes = append(c.Nodes, g)
+	}
+	tb.Cleanup(c.Close)
+	c.WaitMembers(tb, n, 10*time.Second)
+	return c
+}
+
+// Close closes every node that is still open.
+func (c *Cluster) Close() {
+	for _, g := range c.Nodes {
+		_ = g.Close()
+	}
+}
+
+// Addr returns node i's address (0-based).
+func (c *Cluster) Addr(i int) string { return c.Transports[i].Addr() }
+
+// Partition cuts the network between groups of nodes, given by 0-based
+// index; nodes not listed form one more group.
+func (c *Cluster) Partition(groups ...[]int) {
+	addrs := make([][]string, len(groups))
+	for i, g := range groups {
+		for _, n := range g {
+			addrs[i] = append(addrs[i], c.Addr(n))
+		}
+	}
+	c.Net.Partition(addrs...)
+}
+
+// Heal removes every cut.
+func (c *Cluster) Heal() { c.Net.Heal() }
+
+// WaitMembers waits until every node in the cluster sees want members,
+// failing the test after within.
+func (c *Cluster) WaitMembers(tb testing.TB, want int, within time.Duration, nodes ...int) {
+	tb.Helper()
+	if nodes == nil {
+		for i := range c.Nodes {
+			nodes = append(nodes, i)
+		}
+	}
+	require.Eventually(tb, func() bool {
+		for _, i := range nodes {
+			if len(c.Nodes[i].Members()) != want {
+				return false
+			}
+		}
+		return true
+	}, within, 10*time.Millisecond, "nodes %v did not all see %d members", nodes, want)
+}
