@@ -47,6 +47,7 @@ bench:
 # A minute of fuzzing per target.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzBuckets -fuzztime 60s ./local/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./gossip/
 
 demo:
 	$(GO) run ./cmd/demo

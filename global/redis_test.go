@@ -399,7 +399,10 @@ func TestMemoryPerKey(t *testing.T) {
 				Keys: []global.Usage{{Key: key, Limit: lim, Demand: 10}}})
 			require.NoError(t, err)
 		}
-		_, err := r.Allow(ctx, key, lim, 1)
+		// 500 tokens keep the strict token bucket's key alive for 30 s;
+		// one would let it expire after 60 ms, before it is measured on
+		// a loaded machine.
+		_, err := r.Allow(ctx, key, lim, 500)
 		require.NoError(t, err)
 	}
 	for _, k := range []string{"hl:{mem-tokenbucket}:lease", "hl:{mem-slidingwindow}:lease", "hl:{mem-tokenbucket}:gcra", "hl:{mem-slidingwindow}:sw"} {

@@ -1,0 +1,46 @@
+package gossip
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+// BenchmarkGossipMerge measures merging one remote update, as the merge
+// loop does: decode the message, then merge its entry into a table that
+// tracks 1,000 keys of 5 nodes. Each op advances the entry, so every
+// merge changes the table.
+func BenchmarkGossipMerge(b *testing.B) {
+	tab := testTable()
+	lim := global.Limit{Limit: 1000, Window: time.Second}
+	for k := range 1000 {
+		tab.sync(&global.Usage{Key: fmt.Sprintf("key-%d", k), Limit: lim, Demand: 10}, 100*time.Millisecond, global.DemandWeighted, t0)
+		for p := range 4 {
+			tab.merge(updateFrom(fmt.Sprintf("node-%d", p), 1, peerEntry(fmt.Sprintf("key-%d", k), t0, 1, 1)), t0)
+		}
+	}
+	e := peerEntry("key-500", t0, 1, 1)
+	e.hash = xxh3.HashString("key-500")
+	var w encoder
+	w.header(kindUpdate)
+	w.section("node-2", 1)
+	w.entry(&e)
+	msg := append([]byte(nil), w.finish()...)
+	var m message
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := m.decode(msg); err != nil {
+			b.Fatal(err)
+		}
+		ent := &m.sections[0].entries[0]
+		ent.seq, ent.cur = uint64(i+2), uint64(i+2)
+		if tab.merge(&m, t0) != 1 {
+			b.Fatal("the update changed nothing")
+		}
+	}
+}
