@@ -423,8 +423,10 @@ func TestStoredTimesKeepMicroseconds(t *testing.T) {
 	c := s.DeadlineClient(t)
 	r := newSyncer(t, c)
 	ctx := context.Background()
-	lim := global.Limit{Limit: 1_000_000, Window: time.Second, Burst: 1000}
-	_, err := r.Allow(ctx, "fast", lim, 1)
+	// The whole burst, so that the key outlives the read that follows
+	// (about a second) on a loaded machine.
+	lim := global.Limit{Limit: 1_000_000, Window: time.Second, Burst: 1_000_000}
+	_, err := r.Allow(ctx, "fast", lim, 1_000_000)
 	require.NoError(t, err)
 	tat, err := c.Get(ctx, "hl:{fast}:gcra").Result()
 	require.NoError(t, err)

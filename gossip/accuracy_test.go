@@ -25,7 +25,13 @@ func limiters(t *testing.T, c *gossiptest.Cluster, interval time.Duration, share
 			Shares: shares, Interval: interval,
 		})
 		require.NoError(t, err)
-		t.Cleanup(func() { assert.NoError(t, l.Close()) })
+		t.Cleanup(func() {
+			// A node still cut off when the test ends cannot hand back
+			// its leases; that is the only failure Close may report.
+			if err := l.Close(); err != nil {
+				assert.ErrorIs(t, err, global.ErrUnreachable)
+			}
+		})
 		out[i] = l
 	}
 	return out
@@ -84,12 +90,21 @@ func TestFleetAccuracy(t *testing.T) {
 			if !tt.check {
 				return
 			}
-			assert.LessOrEqual(t, float64(got), 1.05*float64(ideal), "admitted overall")
+			lead := 1 + tt.interval.Seconds()/window.Seconds()
 			assert.GreaterOrEqual(t, float64(got), 0.9*float64(ideal), "part of the ideal admitted")
 			if tt.policy.Algorithm == local.SlidingWindow {
 				assert.LessOrEqual(t, float64(aligned), 1.05*limit, "admitted in one window")
+				// The ideal's two-window estimate assumes the previous
+				// window's requests came evenly; leases bunch them, so
+				// the fleet may admit up to Interval/Window more over a
+				// run, as with Redis (docs/architecture.md).
+				assert.LessOrEqual(t, float64(got), lead*1.01*float64(ideal), "admitted overall")
 			} else {
-				assert.LessOrEqual(t, float64(steady), limit*(1+tt.interval.Seconds()/window.Seconds()), "admitted in one window after the burst")
+				// Measured against the ideal fed the same arrivals: on a
+				// starved machine the arrivals themselves bunch.
+				most := max(limit, float64(ir.MaxInWindowFrom(window, window)))
+				assert.LessOrEqual(t, float64(steady), most*lead, "admitted in one window after the burst")
+				assert.LessOrEqual(t, float64(got), 1.05*float64(ideal), "admitted overall")
 			}
 		})
 	}

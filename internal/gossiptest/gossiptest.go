@@ -38,6 +38,7 @@ func Start(tb testing.TB, n int, tune func(i int, c *gossip.Config)) *Cluster {
 				c.Transports[i] = w
 				return w
 			},
+			Tune: Patient,
 		}
 		if i > 0 {
 			cfg.Seeds = []string{c.Nodes[0].Addr()}
@@ -53,6 +54,12 @@ func Start(tb testing.TB, n int, tune func(i int, c *gossip.Config)) *Cluster {
 	c.WaitMembers(tb, n, 10*time.Second)
 	return c
 }
+
+// Patient is the harness's memberlist tuning: probes wait 2 s for an
+// answer rather than 500 ms, so that a test machine starved of CPU (the
+// race detector, parallel packages) does not have memberlist declare
+// live nodes dead. Tests of failure detection replace it.
+func Patient(c *memberlist.Config) { c.ProbeTimeout = 2 * time.Second }
 
 // Close closes every node that is still open.
 func (c *Cluster) Close() {
