@@ -1,0 +1,145 @@
+package partition
+
+import (
+	"fmt"
+	"time"
+)
+
+// A Step is one rung of the ladder: until Until has passed since the
+// fleet was last reached, a node may spend Factor of its last known
+// share. The last step's Until is zero: it lasts for ever.
+type Step struct {
+	Until  time.Duration
+	Factor float64
+}
+
+// DefaultSteps is the ladder a node climbs down when it is cut off: its
+// whole share for 5 s (most blips), half of it until a minute, then a
+// quarter for as long as the partition lasts.
+var DefaultSteps = []Step{{5 * time.Second, 1}, {time.Minute, 0.5}, {0, 0.25}}
+
+// LadderConfig configures a Ladder.
+type LadderConfig struct {
+	// Steps, in order, with strictly increasing Until and the last one's
+	// Until zero. Factors are in [0, 1]. Default DefaultSteps.
+	Steps []Step
+	// Floor is the least factor in force, in [0, 1]: no step goes below
+	// it. Default 0.
+	Floor float64
+}
+
+// A Ladder tightens a cut-off node's limit step by step: a fraction of
+// its last known share of the fleet's limit, as a function of how long
+// the fleet has been out of reach. A node that kept its whole share for
+// a long partition would, with every other node doing the same on its
+// side, admit the whole limit on each side; stepping down bounds what a
+// long split costs.
+//
+// A Ladder is immutable and safe for concurrent use.
+type Ladder struct {
+	steps []Step
+	floor float64
+}
+
+// NewLadder returns a Ladder, or an error naming the first field of cfg
+// that is out of range.
+func NewLadder(cfg LadderConfig) (*Ladder, error) {
+	steps := cfg.Steps
+	if len(steps) == 0 {
+		steps = DefaultSteps
+	}
+	if cfg.Floor < 0 || cfg.Floor > 1 || cfg.Floor != cfg.Floor {
+		return nil, fmt.Errorf("partition: LadderConfig.Floor is %v; it must be in [0, 1]", cfg.Floor)
+	}
+	for i, s := range steps {
+		last := i == len(steps)-1
+		switch {
+		case !(s.Factor >= 0 && s.Factor <= 1):
+			return nil, fmt.Errorf("partition: LadderConfig.Steps[%d].Factor is %v; it must be in [0, 1]", i, s.Factor)
+		case last && s.Until != 0:
+			return nil, fmt.Errorf("partition: LadderConfig.Steps[%d].Until is %v; the last step's must be 0 (for ever)", i, s.Until)
+		case !last && s.Until <= 0:
+			return nil, fmt.Errorf("partition: LadderConfig.Steps[%d].Until is %v; only the last step's may be 0", i, s.Until)
+		case !last && i > 0 && s.Until <= steps[i-1].Until:
+			return nil, fmt.Errorf("partition: LadderConfig.Steps[%d].Until is %v; it must be after step %d's %v", i, s.Until, i-1, steps[i-1].Until)
+		}
+	}
+	return &Ladder{steps: append([]Step(nil), steps...), floor: cfg.Floor}, nil
+}
+
+// Factor is the part of its last known share a node may spend when the
+// fleet was last reached cut ago.
+func (l *Ladder) Factor(cut time.Duration) float64 {
+	f, _ := l.step(cut)
+	return f
+}
+
+// step returns the factor in force after cut, and which step it is.
+func (l *Ladder) step(cut time.Duration) (float64, int) {
+	for i, s := range l.steps {
+		if s.Until == 0 || cut < s.Until {
+			return max(s.Factor, l.floor), i
+		}
+	}
+	return l.floor, len(l.steps) // not reached: the last step lasts for ever
+}
+
+// Level is how healthy a node's link to its fleet is.
+type Level int
+
+const (
+	// Healthy: the last sync reached the fleet.
+	Healthy Level = iota
+	// Degraded: the fleet is out of reach, and the node still limits to
+	// its whole last known share (the ladder's factor is 1).
+	Degraded
+	// Emergency: the fleet has been out of reach long enough that the
+	// ladder has cut the node's share.
+	Emergency
+)
+
+// String returns the level's name.
+func (l Level) String() string {
+	switch l {
+	case Healthy:
+		return "healthy"
+	case Degraded:
+		return "degraded"
+	case Emergency:
+		return "emergency"
+	}
+	return fmt.Sprintf("Level(%d)", int(l))
+}
+
+// Health is a node's link to its fleet at a moment.
+type Health struct {
+	Level Level
+	// Since is how long the node has been at Level.
+	Since time.Duration
+	// Factor is the ladder's factor in force: 1 while Healthy.
+	Factor float64
+}
+
+// Health is the health at now of a node that last reached its fleet at
+// reached, and lost it at lost (the zero time if it has not lost it since).
+func (l *Ladder) Health(now, reached, lost time.Time) Health {
+	if lost.IsZero() || !lost.After(reached) {
+		return Health{Level: Healthy, Since: now.Sub(reached), Factor: 1}
+	}
+	cut := now.Sub(reached)
+	f, _ := l.step(cut)
+	if f >= 1 {
+		return Health{Level: Degraded, Since: now.Sub(lost), Factor: f}
+	}
+	// Emergency began where the first factor below 1 took force.
+	start := time.Duration(0)
+	for k, s := range l.steps {
+		if max(s.Factor, l.floor) < 1 {
+			if k > 0 {
+				start = l.steps[k-1].Until
+			}
+			break
+		}
+	}
+	return Health{Level: Emergency, Since: max(0, cut-start), Factor: f}
+}
