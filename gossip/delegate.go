@@ -75,6 +75,7 @@ func (e *events) push(ev event, n *memberlist.Node) {
 	} else {
 		delete(e.members, n.Name)
 	}
+	e.nodes.Store(int64(len(e.members) + 1))
 }
 
 // NotifyJoin records a member that joined or came back.

@@ -37,10 +37,10 @@ type Gossip struct {
 	queue *memberlist.TransmitLimitedQueue
 	name  string
 	inc   uint64
-	nodes atomic.Int64 // live members, self included, as of the last Sync
+	nodes atomic.Int64 // live members, self included, kept by the event delegate
 	every atomic.Int64 // the caller's sync interval, from the last Sync
 
-	mu     sync.Mutex // guards tab, enc, joined, overflow
+	mu     sync.Mutex // guards tab, enc, joined
 	tab    *table
 	enc    encoder
 	joined bool // a peer has been a member at some point
@@ -240,7 +240,6 @@ func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Respons
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("gossip: %w: %w", global.ErrUnreachable, err)
 	}
-	g.nodes.Store(int64(max(g.ml.NumMembers(), 1)))
 	g.every.Store(int64(req.Interval))
 	now := g.now()
 	g.lock()
@@ -250,12 +249,7 @@ func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Respons
 	}
 	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
 	for i := range req.Keys {
-		u := &req.Keys[i]
-		if err := u.Limit.Validate(); err != nil {
-			resp.Grants[i].Err = fmt.Errorf("%w: %v", global.ErrInvalid, err)
-			continue
-		}
-		resp.Grants[i] = g.tab.sync(u, req.Interval, req.Shares, now)
+		resp.Grants[i] = g.tab.sync(&req.Keys[i], req.Interval, req.Shares, now)
 	}
 	g.flush(now, req.Interval)
 	return resp, nil
@@ -316,8 +310,7 @@ const updateOverhead = headerLen + 3 + 1 + 10 + 3 + 48 + 3
 // batches to every member. mu is held.
 func (g *Gossip) flush(now instant, interval time.Duration) {
 	budget := g.budget(interval)
-	var batch *encoder
-	var over encoder
+	var over batcher
 	g.tab.pending(now, func(k *key) {
 		if budget > 0 {
 			budget--
@@ -329,21 +322,39 @@ func (g *Gossip) flush(now instant, interval time.Duration) {
 			g.stats.queued.Add(1)
 			return
 		}
-		if batch == nil {
-			batch = &over
-			batch.header(kindUpdate)
-			batch.section(g.name, g.inc)
-		}
-		batch.entry(&k.own)
-		if len(batch.b) >= maxBatch {
-			g.post(batch.finish())
-			batch = nil
-			over = encoder{}
-		}
+		over.add(g, &k.own)
 	})
-	if batch != nil {
-		g.post(batch.finish())
+	for _, msg := range over.done() {
+		g.post(msg)
 	}
+}
+
+// batcher packs entries into update messages for streams, starting a
+// new message when one reaches maxBatch.
+type batcher struct {
+	w    encoder
+	msgs [][]byte
+}
+
+func (b *batcher) add(g *Gossip, e *entry) {
+	if len(b.w.b) == 0 {
+		b.w.header(kindUpdate)
+		b.w.section(g.name, g.inc)
+	}
+	b.w.entry(e)
+	if len(b.w.b) >= maxBatch {
+		b.msgs = append(b.msgs, b.w.finish())
+		b.w = encoder{}
+	}
+}
+
+// done returns the messages, the last one finished.
+func (b *batcher) done() [][]byte {
+	if len(b.w.b) > 0 {
+		b.msgs = append(b.msgs, b.w.finish())
+		b.w = encoder{}
+	}
+	return b.msgs
 }
 
 // post hands a stream batch to the sender without waiting; if the sender
@@ -396,7 +407,6 @@ func (g *Gossip) mergeLoop(ctx context.Context) {
 		case b := <-g.inbox:
 			g.receive(&m, b)
 		case <-t.C():
-			g.nodes.Store(int64(max(g.ml.NumMembers(), 1)))
 			now := g.now()
 			g.lock()
 			g.flush(now, time.Duration(g.every.Load()))
@@ -497,33 +507,22 @@ func (g *Gossip) missing() []string {
 
 // Close sends this node's last counts and a farewell to its peers, so
 // that its share goes to the others at once, leaves the memberlist
-// cluster, and stops every goroutine. Close the Limiter using the Gossip first, so its last
-// consumption is reported. Close is safe to call more than once.
+// cluster, and stops every goroutine. Close the Limiter that uses the
+// Gossip first, so that its last consumption is reported. Close is safe
+// to call more than once.
 func (g *Gossip) Close() error {
 	g.closeOnce.Do(func() {
 		g.closed.Store(true)
 		now := g.now()
 		g.lock()
-		var msgs [][]byte
-		var w encoder
+		var last batcher
 		for _, k := range g.tab.keys {
-			if k.own.seq == 0 || k.local == nil || now.mono-k.local.usedAt > g.tab.grace {
-				continue
-			}
-			if len(w.b) == 0 {
-				w.header(kindUpdate)
-				w.section(g.name, g.inc)
-			}
-			w.entry(&k.own)
-			if len(w.b) >= maxBatch {
-				msgs = append(msgs, w.finish())
-				w = encoder{}
+			if g.tab.inUse(k, now) {
+				last.add(g, &k.own)
 			}
 		}
 		g.mu.Unlock()
-		if len(w.b) > 0 {
-			msgs = append(msgs, w.finish())
-		}
+		msgs := last.done()
 		var bye encoder
 		bye.header(kindLeave)
 		bye.section(g.name, g.inc)

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -314,7 +315,7 @@ func leaseStands(c *count, now instant) bool {
 func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shares, now instant) global.Grant {
 	lim := u.Limit
 	if err := lim.Validate(); err != nil {
-		return global.Grant{Err: err}
+		return global.Grant{Err: fmt.Errorf("%w: %v", global.ErrInvalid, err)}
 	}
 	k := t.keyFor(xxh3.HashString(u.Key), true)
 	ms := uint64(lim.Window / time.Millisecond)
@@ -521,11 +522,17 @@ func (t *table) pending(now instant, f func(k *key)) {
 		if k.local == nil || k.own.seq == 0 {
 			continue
 		}
-		if k.dirty || now.mono-k.sent >= int64(refresh) && now.mono-k.local.usedAt <= t.grace {
+		if k.dirty || now.mono-k.sent >= int64(refresh) && t.inUse(k, now) {
 			k.sent, k.dirty = now.mono, false
 			f(k)
 		}
 	}
+}
+
+// inUse reports whether this node has counted k and synced it within the
+// grace period: its entry is still news to peers.
+func (t *table) inUse(k *key, now instant) bool {
+	return k.own.seq != 0 && k.local != nil && now.mono-k.local.usedAt <= t.grace
 }
 
 // gc forgets what can no longer matter: keys nobody has counted in the
