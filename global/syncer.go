@@ -144,6 +144,14 @@ type Usage struct {
 type Response struct {
 	// Grants holds one Grant per Request.Keys entry, in the same order.
 	Grants []Grant
+
+	// Partitioned, when positive, says the Syncer reaches only a minority
+	// of the fleet it last knew, a side of a network split, and has for
+	// that long. Its grants then count only the nodes it can hear, so the
+	// caller should limit itself as if cut off for that long (the hybrid
+	// Limiter climbs down its emergency ladder). A store every node
+	// reaches directly, like Redis, leaves it zero.
+	Partitioned time.Duration
 }
 
 // Grant is what a node may do with one key until its next sync, and the

@@ -247,7 +247,7 @@ func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Respons
 	if g.tab.alone(now) || (len(g.cfg.Seeds) > 0 && !g.joined) {
 		return nil, fmt.Errorf("gossip: no peer reachable: %w", global.ErrUnreachable)
 	}
-	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys)), Partitioned: g.tab.split(now)}
 	for i := range req.Keys {
 		resp.Grants[i] = g.tab.sync(&req.Keys[i], req.Interval, req.Shares, now)
 	}

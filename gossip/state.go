@@ -279,6 +279,33 @@ func (t *table) alone(now instant) bool {
 	return expect
 }
 
+// split reports how long this node has been on the minority side of a
+// split: hearing from no more than half of the fleet it knows (itself,
+// its live peers, and those gone without leaving within the forget
+// horizon); zero while it hears from a majority. The minority began when
+// the peer that tipped it went down.
+func (t *table) split(now instant) time.Duration {
+	known, live := 1, 1
+	var down []int64
+	for _, p := range t.peers {
+		switch {
+		case p == t.self || p.left:
+		case p.alive:
+			known++
+			live++
+		case p.downAt != 0 && now.mono-p.downAt <= t.forget:
+			known++
+			down = append(down, p.downAt)
+		}
+	}
+	if 2*live > known {
+		return 0
+	}
+	slices.Sort(down)
+	tipped := down[(known+1)/2-1]
+	return time.Duration(max(1, now.mono-tipped))
+}
+
 // standing is how a peer's entry counts toward a key's shares.
 type standing int
 

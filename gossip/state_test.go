@@ -174,3 +174,23 @@ func TestTokenBucketLeases(t *testing.T) {
 	g = use(20, 100, t0.add(time.Second))
 	assert.InDelta(t, 100-20-50, 100-g.Used, 1, "20 left, refilled by 80 over 0.8 s, less 20 spent here and 50 there")
 }
+
+func TestSplit(t *testing.T) {
+	t.Parallel()
+	tab := testTable()
+	for i, p := range []string{"a", "b", "c", "d"} {
+		tab.join(p, "127.0.0.1:"+string(rune('1'+i)))
+	}
+	assert.Zero(t, tab.split(t0), "the whole fleet")
+	tab.leave("a", t0)
+	assert.Zero(t, tab.split(t0.add(time.Second)), "4 of 5 is a majority")
+	tab.leave("b", t0.add(time.Second))
+	assert.Zero(t, tab.split(t0.add(2*time.Second)), "3 of 5 is a majority")
+	tab.leave("c", t0.add(2*time.Second))
+	assert.Equal(t, 3*time.Second, tab.split(t0.add(5*time.Second)), "2 of 5: a minority since c went")
+
+	tab.merge(&message{kind: kindLeave, sections: []section{{name: []byte("a"), inc: 1}}}, t0.add(5*time.Second))
+	tab.merge(&message{kind: kindLeave, sections: []section{{name: []byte("b"), inc: 1}}}, t0.add(5*time.Second))
+	assert.Zero(t, tab.split(t0.add(6*time.Second)), "a and b left gracefully: 2 of 3")
+	assert.Zero(t, tab.split(t0.add(DefaultGrace*11)), "c forgotten")
+}

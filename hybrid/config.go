@@ -10,6 +10,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // Mode is where a policy's decisions are made.
@@ -107,7 +108,9 @@ type Policy struct {
 	Burst int64
 
 	// OnUnreachable is what Hybrid and Strict decisions do when the fleet
-	// cannot be reached and this node's lease is spent. Default FailStatic.
+	// cannot be reached and this node's lease is spent. Default
+	// FailStatic: limit locally to this node's last known share, scaled
+	// by Config.Ladder. See docs/partitions.md.
 	OnUnreachable FailMode
 }
 
@@ -146,6 +149,37 @@ type Config struct {
 	// simulator's. Required when a policy is Hybrid or Strict; Strict
 	// policies also need it to implement StrictDecider.
 	Syncer global.Syncer
+
+	// Failover, if set, is a second fleet, such as a gossip.Gossip over
+	// the same nodes, that keeps a fleet-wide view while Syncer cannot be
+	// reached. The node reports its consumption to both every Interval,
+	// so the failover is warm when it is needed, and takes its leases
+	// from Failover only while Syncer's circuit breaker is not closed.
+	// Requires Syncer.
+	Failover global.Syncer
+
+	// Breaker configures the circuit breaker in front of Syncer and of
+	// Failover. Zero fields take partition's defaults, except Within,
+	// which is at least Failures Intervals so that slow syncs can open it
+	// too, and Cooldown, which defaults to Interval: a probe is a single
+	// background sync, so trying once per Interval costs the fleet no
+	// more than a healthy node does, and the node is back within an
+	// Interval or two of the fleet. Strict decisions and early syncs are
+	// not attempted unless the breaker is closed.
+	Breaker partition.BreakerConfig
+
+	// Ladder is how a node tightens its limit the longer it is cut off
+	// from the fleet, or on the minority side of a split: a factor of its
+	// last known share that steps down with time. Default
+	// partition.DefaultSteps (1 until 5s, 0.5 until 1m, then 0.25).
+	Ladder partition.LadderConfig
+
+	// FleetSize is how many nodes this node assumes share each quota when
+	// it must decide alone and no grant has told it better, as a Strict
+	// policy must when the fleet is unreachable and no Hybrid key ever
+	// synced. Default 1: the whole quota, which a fleet of Strict-only
+	// nodes multiplies during an outage; set it to the fleet's size.
+	FleetSize int
 
 	// Interval is how often the node syncs with the fleet, give or take a
 	// tenth of it in random jitter so nodes spread their calls. Default
@@ -238,6 +272,31 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real
+	}
+	switch {
+	case c.Failover != nil && c.Syncer == nil:
+		return c, fmt.Errorf("hybrid: Config.Failover is set but Config.Syncer is not; set Syncer, the primary fleet")
+	case c.Failover != nil && c.Failover == c.Syncer:
+		return c, fmt.Errorf("hybrid: Config.Failover is Config.Syncer; a failover must be a second fleet")
+	case c.FleetSize < 0:
+		return c, fmt.Errorf("hybrid: Config.FleetSize is %d; it must be positive (or 0 for 1)", c.FleetSize)
+	case c.FleetSize == 0:
+		c.FleetSize = 1
+	}
+	if c.Breaker.Failures == 0 {
+		c.Breaker.Failures = partition.DefaultFailures
+	}
+	if c.Breaker.Within == 0 {
+		c.Breaker.Within = max(partition.DefaultWithin, time.Duration(max(c.Breaker.Failures, 1))*c.Interval)
+	}
+	if c.Breaker.Cooldown == 0 {
+		c.Breaker.Cooldown = c.Interval
+	}
+	if _, err := partition.NewBreaker(c.Breaker); err != nil {
+		return c, fmt.Errorf("hybrid: Config.Breaker: %w", err)
+	}
+	if _, err := partition.NewLadder(c.Ladder); err != nil {
+		return c, fmt.Errorf("hybrid: Config.Ladder: %w", err)
 	}
 	return c, nil
 }

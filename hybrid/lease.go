@@ -36,8 +36,9 @@ type keyState struct {
 	low     atomic.Int64  // allowance below which an early sync is asked for; 0 for none
 	until   atomic.Int64  // when the lease stops being spendable: a sliding window's edge
 
-	fallbackSized atomic.Bool   // the fail-static bucket is sized for this outage
-	weightBits    atomic.Uint64 // this node's share from the last grant, as float64 bits
+	fallback   atomic.Uint64 // sizedBit | the ladder factor's bits the fail-static bucket is sized for; 0 if not sized
+	weightBits atomic.Uint64 // this node's share from the last grant, as float64 bits
+	hasGrant   atomic.Bool   // a grant has been installed: weightBits and fleetRemaining mean something
 
 	fleetRemaining atomic.Int64 // Grant.Remaining at the last sync
 	resetAt        atomic.Int64 // when the fleet's bucket is full, on the Limiter's clock
@@ -46,7 +47,12 @@ type keyState struct {
 	pol *policy
 
 	// Sync loop state.
-	reported    uint32  // spent as of the last successful report
+	reported [2]uint32 // spent as of the last report each fleet took
+	granted  uint32    // spent when the last grant was installed
+	markIdx  int64     // the Window-long period mark was taken in
+	mark     uint32    // spent at the first sync of that period
+	prevMark uint32    // spent at the first sync of the period before
+
 	spentSeen   uint32  // spent as of the last forecast
 	refusedSeen uint64  // refused as of the last forecast
 	rate        float64 // EWMA of requests offered per second
@@ -62,6 +68,54 @@ type keyState struct {
 	nodes       int     // active nodes, from the last grant
 	synced      bool    // a grant has been received
 	lastSync    int64   // when the key was last synced
+}
+
+// sizedBit marks keyState.fallback as sized; a factor's own sign bit is
+// always clear.
+const sizedBit = 1 << 63
+
+// unreported is what fleet i has not been told k spent, as of spent s0.
+func (k *keyState) unreported(i int, s0 uint32) int64 {
+	if d := int32(s0 - k.reported[i]); d > 0 {
+		return int64(d)
+	}
+	return 0
+}
+
+// allReported reports whether every one of n fleets has been told of
+// spending up to s0.
+func (k *keyState) allReported(n int, s0 uint32) bool {
+	for i := range n {
+		if k.reported[i] != s0 {
+			return false
+		}
+	}
+	return true
+}
+
+// roll moves k's reconciliation marks to the Window-long period now falls
+// in, at spent s0.
+func (k *keyState) roll(now int64, s0 uint32) {
+	idx := now / int64(k.pol.Window)
+	switch idx {
+	case k.markIdx:
+		return
+	case k.markIdx + 1:
+		k.prevMark = k.mark
+	default:
+		k.prevMark = s0
+	}
+	k.markIdx, k.mark = idx, s0
+}
+
+// forgetStale drops from what fleet i is owed the consumption from before
+// the previous period: by the time the fleet is back it has rolled out of
+// the fleet's count, and reporting it would refuse requests for traffic
+// long past.
+func (k *keyState) forgetStale(i int) {
+	if int32(k.prevMark-k.reported[i]) > 0 {
+		k.reported[i] = k.prevMark
+	}
 }
 
 // take admits n from the allowance if it holds n, returning the allowance

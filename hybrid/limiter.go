@@ -17,6 +17,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 var (
@@ -76,9 +77,13 @@ type Limiter struct {
 	keys  sync.Map // string -> *keyState
 	nkeys atomic.Int64
 
-	degraded  atomic.Bool  // the last sync failed: decisions past the lease follow the FailMode
-	nextSync  atomic.Int64 // when the next regular sync is due
-	nodesHint atomic.Int64 // the most active nodes any grant reported
+	fleets    []*fleet // Syncer, then Failover if set
+	ladder    *partition.Ladder
+	health    health
+	degraded  atomic.Bool   // the last sync reached no fleet: decisions past the lease follow the FailMode
+	factor    atomic.Uint64 // the ladder's factor in force, as float64 bits
+	nextSync  atomic.Int64  // when the next regular sync is due
+	nodesHint atomic.Int64  // the most active nodes any grant reported, or FleetSize
 
 	early  chan *keyState // keys whose lease runs low
 	cancel context.CancelFunc
@@ -108,7 +113,15 @@ func New(cfg Config) (*Limiter, error) {
 		early:  make(chan *keyState, 256),
 	}
 	l.strict, _ = cfg.Syncer.(StrictDecider)
-	l.nodesHint.Store(1)
+	l.nodesHint.Store(int64(cfg.FleetSize))
+	l.ladder, _ = partition.NewLadder(cfg.Ladder) // validated by withDefaults
+	l.factor.Store(math.Float64bits(1))
+	if cfg.Syncer != nil {
+		l.fleets = append(l.fleets, newFleet(cfg.Syncer, "Syncer", cfg.Breaker))
+	}
+	if cfg.Failover != nil {
+		l.fleets = append(l.fleets, newFleet(cfg.Failover, "Failover", cfg.Breaker))
+	}
 	for i := range cfg.Policies {
 		p := cfg.Policies[i]
 		lim, err := checkPolicy(i, &p, cfg.Syncer)
@@ -249,7 +262,7 @@ func (l *Limiter) failed(k *keyState, now, n int64) Decision {
 	case FailClosed:
 		return Decision{limit: ^k.pol.capacity, retryAfter: l.retryAfter(now)}
 	}
-	l.sizeFallback(k)
+	l.sizeFallback(k, now)
 	r, _ := k.pol.local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
 	if r.Allowed() && n > 0 {
 		k.spend(n)
@@ -285,11 +298,26 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 	if n <= 0 {
 		return Decision{limit: k.pol.capacity}, nil
 	}
+	f := l.fleets[0]
+	if !f.closed.Load() {
+		// The breaker is open: a dead store is not waited on.
+		if now == noTime {
+			now = l.now()
+		}
+		return l.failed(k, now, n), nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.StrictTimeout)
 	g, err := l.strict.Allow(ctx, k.key, k.pol.limit, n)
 	cancel()
+	if now == noTime {
+		now = l.now()
+	}
+	f.result(l.epoch.Add(time.Duration(now)), err)
 	switch {
 	case err == nil:
+		if k.fallback.Load() != 0 && k.fallback.Swap(0) != 0 {
+			k.pol.local.Delete(k.key) // the next outage starts afresh
+		}
 		d := Decision{limit: k.pol.capacity, remaining: g.Remaining, retryAfter: g.RetryAfter, resetAfter: g.ResetAfter}
 		if g.RetryAfter < 0 {
 			d.retryAfter = Never
@@ -298,26 +326,49 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 	case errors.Is(err, global.ErrInvalid):
 		return Decision{}, err
 	}
-	if now == noTime {
-		now = l.now()
-	}
 	return l.failed(k, now, n), nil
 }
 
-// sizeFallback sizes k's fail-static bucket to this node's share, once per
-// outage.
-func (l *Limiter) sizeFallback(k *keyState) {
-	if k.fallbackSized.Load() || k.pol.local == nil {
+// sizeFallback sizes k's fail-static bucket to this node's share of the
+// policy, times the ladder's factor in force: once when the lease runs
+// out, and again each time the ladder steps down. A Hybrid key's bucket
+// starts with its share of what the fleet had left at the last sync, not
+// full, so that an outage does not hand out a fresh burst; a token bucket
+// keeps, at each step, the tokens it holds (up to the new burst) rather
+// than owing the old rate's spending at the new one.
+func (l *Limiter) sizeFallback(k *keyState, now int64) {
+	if k.pol.local == nil {
 		return
 	}
-	w := l.share(math.Float64frombits(k.weightBits.Load()))
+	fbits := l.factor.Load()
+	old := k.fallback.Load()
+	if old == fbits|sizedBit || !k.fallback.CompareAndSwap(old, fbits|sizedBit) {
+		return // sized, or being sized by another request
+	}
+	w := l.share(math.Float64frombits(k.weightBits.Load())) * math.Float64frombits(fbits)
 	limit := max(1, int64(w*float64(k.pol.Limit)))
-	burst := max(1, int64(w*float64(k.pol.Burst)))
-	if k.pol.Algorithm != local.TokenBucket {
-		burst = 0
+	full := limit
+	burst := int64(0)
+	if k.pol.Algorithm == local.TokenBucket {
+		burst = max(1, int64(w*float64(k.pol.Burst)))
+		full = burst
+	}
+	at := l.wall(now)
+	keep := int64(-1) // what the new bucket holds; -1: as SetLimit carries it
+	switch {
+	case old == 0 && k.hasGrant.Load():
+		keep = int64(w * float64(max(0, k.fleetRemaining.Load())))
+	case old != 0 && burst > 0:
+		r, _ := k.pol.local.AllowNAt(k.key, at, 0)
+		keep = r.Remaining
+	}
+	if keep >= 0 {
+		k.pol.local.Delete(k.key)
 	}
 	_ = k.pol.local.SetLimit(k.key, limit, burst) // the key passed MaxKeyLen and the policy checks
-	k.fallbackSized.Store(true)
+	if drain := full - keep; keep >= 0 && drain > 0 {
+		_, _ = k.pol.local.AllowNAt(k.key, at, int(drain))
+	}
 }
 
 // allowNew resolves a key seen for the first time and decides for it.

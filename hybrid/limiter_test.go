@@ -15,6 +15,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // scripted is a Syncer for unit tests of the hybrid logic: it records each
@@ -25,10 +26,12 @@ type scripted struct {
 	pool  map[string]int64 // tokens left to lease, per key
 	nodes int
 	err   error
+	split time.Duration    // Response.Partitioned
+	taken map[string]int64 // consumption reported by calls that succeeded
 }
 
 func newScripted(pool int64, keys ...string) *scripted {
-	s := &scripted{pool: map[string]int64{}, nodes: 1}
+	s := &scripted{pool: map[string]int64{}, nodes: 1, taken: map[string]int64{}}
 	for _, k := range keys {
 		s.pool[k] = pool
 	}
@@ -44,8 +47,9 @@ func (s *scripted) Sync(_ context.Context, req *global.Request) (*global.Respons
 	if s.err != nil {
 		return nil, s.err
 	}
-	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys)), Partitioned: s.split}
 	for i, u := range req.Keys {
+		s.taken[u.Key] += u.Consumed
 		g := min(u.Demand, s.pool[u.Key])
 		s.pool[u.Key] -= g
 		resp.Grants[i] = global.Grant{Lease: g, TTL: 2 * req.Interval, Remaining: s.pool[u.Key], Nodes: s.nodes, Weight: 1 / float64(s.nodes)}
@@ -58,6 +62,20 @@ func (s *scripted) last() global.Usage {
 	defer s.mu.Unlock()
 	r := s.reqs[len(s.reqs)-1]
 	return r.Keys[len(r.Keys)-1]
+}
+
+// calls is how many times Sync was called.
+func (s *scripted) calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reqs)
+}
+
+// consumed is the total consumption reported for key.
+func (s *scripted) consumed(key string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.taken[key]
 }
 
 func (s *scripted) set(err error, nodes int) {
@@ -406,6 +424,11 @@ func TestConfigErrors(t *testing.T) {
 		{"rate nan", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Rate: -1, Burst: 1}}, Syncer: s}, "Rate is -1"},
 		{"local only alg", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Algorithm: local.SlidingLog, Limit: 1, Window: time.Second}}, Syncer: s}, "Algorithm slidinglog is local only"},
 		{"no syncer", hybrid.Config{Policies: []hybrid.Policy{ok}}, "Mode hybrid needs Config.Syncer"},
+		{"failover alone", hybrid.Config{Policies: []hybrid.Policy{ok}, Failover: s}, "Config.Failover is set but Config.Syncer is not"},
+		{"failover twice", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Failover: s}, "Config.Failover is Config.Syncer"},
+		{"fleet size", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, FleetSize: -1}, "Config.FleetSize"},
+		{"breaker", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Breaker: partition.BreakerConfig{Cooldown: -1}}, "Config.Breaker: partition: BreakerConfig.Cooldown"},
+		{"ladder", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Ladder: partition.LadderConfig{Floor: 2}}, "Config.Ladder: partition: LadderConfig.Floor"},
 		{"strict no decider", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Mode: hybrid.Strict, Limit: 1, Window: time.Second}}, Syncer: s}, "implements StrictDecider"},
 	}
 	for _, tt := range tests {

@@ -2,7 +2,7 @@ package hybrid
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -19,7 +19,6 @@ const headroom = 1.5
 // Limiter.syncMu.
 type syncState struct {
 	rng       *rand.Rand
-	req       global.Request
 	batch     []*keyState
 	marks     []mark
 	lastSweep int64
@@ -33,19 +32,31 @@ type mark struct {
 }
 
 // SyncOnce reports every active Hybrid key's consumption to the fleet and
-// installs the leases it grants, in one call to the Syncer. The background
-// loop calls it every Interval; with Config.ManualSync the caller does.
+// installs the leases it grants, in one call to the Syncer (and one to the
+// Failover, if set). The background loop calls it every Interval; with
+// Config.ManualSync the caller does.
 //
-// An error means the fleet was not reached (or answered nonsense): leases
-// stand until they lapse, then each policy's FailMode decides, and what was
-// consumed meanwhile is reported by the next SyncOnce that succeeds.
+// An error means no fleet was reached (or one answered nonsense): leases
+// stand until they lapse, then each policy's FailMode decides, and what
+// was consumed meanwhile is reported by the next SyncOnce that reaches the
+// fleet. A fleet whose circuit breaker is open is not called; SyncOnce
+// probes it once its cool-down has passed.
 func (l *Limiter) SyncOnce(ctx context.Context) error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	now := l.now()
 	l.nextSync.Store(now + int64(l.cfg.Interval))
-	return l.syncBatch(ctx, now, l.collect(now), false)
+	return l.syncBatch(ctx, now, l.collect(now), regular)
 }
+
+// syncKind is why a batch is synced.
+type syncKind int
+
+const (
+	regular syncKind = iota // every Interval: may probe an open breaker
+	early                   // a lease runs low: closed breakers only
+	closing                 // Close: hand leases back, closed breakers only
+)
 
 // collect gathers the Hybrid keys to sync, and forgets Local and Strict
 // keys unused for an IdleTimeout.
@@ -101,7 +112,7 @@ func (l *Limiter) makeRoom() bool {
 			k := v.(*keyState)
 			if k.pol.Mode != Hybrid {
 				l.sweepOther(k)
-			} else if w := k.word.Load(); spentOf(w) == k.reported && allowanceOf(w) == 0 && k.synced && k.lease == 0 {
+			} else if w := k.word.Load(); k.allReported(len(l.fleets), spentOf(w)) && allowanceOf(w) == 0 && k.synced && k.lease == 0 {
 				l.forget(k)
 			}
 			return true
@@ -110,47 +121,82 @@ func (l *Limiter) makeRoom() bool {
 	return l.nkeys.Load() < int64(l.cfg.MaxKeys)
 }
 
-// syncBatch syncs batch. Closing hands every lease back.
-func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, closing bool) error {
-	if len(batch) == 0 {
+// syncBatch syncs batch with the fleets, and installs the grants of the
+// first that answers: Syncer while its breaker is closed, else Failover.
+// Both are told what was consumed, so either can take over. Closing hands
+// every lease back.
+func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, how syncKind) error {
+	if len(batch) == 0 || len(l.fleets) == 0 {
 		return nil
 	}
 	s := &l.syncs
-	req := &s.req
-	req.Node, req.Interval, req.Shares = l.cfg.Node, l.cfg.Interval, l.cfg.Shares
-	req.Keys, s.marks = req.Keys[:0], s.marks[:0]
+	s.marks = s.marks[:0]
 	for _, k := range batch {
 		m := mark{s0: spentOf(k.word.Load()), refused: k.refused.Load()}
-		consumed := int64(0)
-		if d := int32(m.s0 - k.reported); d > 0 {
-			consumed = int64(d)
-		}
 		l.forecast(k, now, m)
-		demand := int64(0)
-		if !closing {
-			demand = l.demand(k, now, consumed)
+		k.roll(now, m.s0)
+		k.requested = 0
+		if how != closing {
+			k.requested = l.demand(k, now, int64(max(0, int32(m.s0-k.granted))))
 		}
-		k.requested = demand
-		req.Keys = append(req.Keys, global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: consumed, Demand: demand})
 		s.marks = append(s.marks, m)
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
-	resp, err := l.cfg.Syncer.Sync(ctx, req)
-	cancel()
-	if err == nil && len(resp.Grants) != len(batch) {
-		err = fmt.Errorf("hybrid: the syncer returned %d grants for %d keys", len(resp.Grants), len(batch))
+	// While Syncer's breaker is not closed, Failover goes first, so that
+	// its grants are in before a probe of Syncer waits out its timeout.
+	order := [2]int{0, 1}
+	if len(l.fleets) > 1 && !l.fleets[0].closed.Load() {
+		order = [2]int{1, 0}
 	}
-	if err != nil {
+	var errs []error
+	var chosen *global.Response
+	for _, i := range order[:len(l.fleets)] {
+		f := l.fleets[i]
+		if !f.allow(l.wall(now), how == regular) {
+			errs = append(errs, f.errOpen())
+			continue
+		}
+		resp, err := l.call(ctx, f, i, batch, s.marks)
+		f.result(l.wall(l.now()), err)
+		if err != nil {
+			for _, k := range batch {
+				k.forgetStale(i)
+			}
+			errs = append(errs, err)
+			continue
+		}
+		for j, k := range batch {
+			if g := &resp.Grants[j]; g.Err != nil || int32(s.marks[j].s0-k.reported[i]) > 0 {
+				// A report the fleet refused would be refused again:
+				// it is dropped.
+				k.reported[i] = s.marks[j].s0
+			}
+		}
+		if chosen != nil {
+			continue
+		}
+		chosen = resp
+		after := l.now()
+		factor := 1.0
+		if resp.Partitioned > 0 {
+			l.cutOff(after, after-int64(resp.Partitioned), true)
+			factor = math.Float64frombits(l.factor.Load())
+		} else if how != closing {
+			l.reached(after)
+		}
+		l.degraded.Store(false)
+		for j, k := range batch {
+			l.settle(k, after, s.marks[j], &resp.Grants[j], how == closing, factor)
+		}
+	}
+	if chosen == nil {
 		l.unreached(now, batch)
-		return err
-	}
-	l.degraded.Store(false)
-	after := l.now()
-	for i, k := range batch {
-		l.settle(k, after, s.marks[i], &resp.Grants[i], closing)
+		return errors.Join(errs...)
 	}
 	return nil
 }
+
+// wall converts the Limiter's time to a wall time, for the breakers.
+func (l *Limiter) wall(t int64) time.Time { return l.epoch.Add(time.Duration(t)) }
 
 // forecast updates k's demand estimate: an exponentially weighted moving
 // average of the requests offered (admitted or not) per second, with a
@@ -236,26 +282,25 @@ func ceil(x float64) int64 {
 	return int64(math.Ceil(x - 1e-9*max(1, x)))
 }
 
-// settle installs one key's grant.
-func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closing bool) {
+// settle installs one key's grant, scaled by factor: the ladder's, when
+// the grant comes from one side of a split.
+func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closing bool, factor float64) {
 	k.early.Store(false)
 	k.lastSync = now
 	if g.Err != nil {
-		// The fleet refused this key's report; the same report would be
-		// refused again, so it is dropped and the key spends only what
-		// it holds.
-		k.reported = m.s0
-		return
-	}
-	if int32(m.s0-k.reported) > 0 {
-		k.reported = m.s0
+		return // the key spends only what it holds
 	}
 	lease := max(0, min(g.Lease, maxAllowance))
+	if factor < 1 {
+		lease = int64(float64(lease) * factor)
+	}
 	k.grant(m.s0, lease)
+	k.granted = m.s0
 	k.lease, k.expires, k.synced = lease, now+int64(g.TTL), true
 	k.share -= float64(lease)
 	k.nodes = g.Nodes
 	k.weightBits.Store(math.Float64bits(g.Weight))
+	k.hasGrant.Store(true)
 	for h := l.nodesHint.Load(); int64(g.Nodes) > h && !l.nodesHint.CompareAndSwap(h, int64(g.Nodes)); h = l.nodesHint.Load() {
 	}
 	k.fleetRemaining.Store(g.Remaining)
@@ -266,11 +311,10 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 		low = max(1, lease/4)
 	}
 	k.low.Store(low)
-	if k.fallbackSized.Load() {
-		k.fallbackSized.Store(false)
-		k.pol.local.Delete(k.key)
+	if k.fallback.Load() != 0 && k.fallback.Swap(0) != 0 {
+		k.pol.local.Delete(k.key) // the next outage starts afresh
 	}
-	if !closing && k.idle && lease == 0 && spentOf(k.word.Load()) == m.s0 {
+	if !closing && k.idle && lease == 0 && spentOf(k.word.Load()) == m.s0 && k.allReported(len(l.fleets), m.s0) {
 		l.forget(k)
 	}
 }
@@ -288,9 +332,11 @@ func (l *Limiter) leaseEdge(p *policy, now, lease int64, g *global.Grant) int64 
 	return now + int64(g.ResetAfter-p.Window)
 }
 
-// unreached handles a sync that failed: decisions past the lease follow
-// the FailMode, and a lease that has lapsed is not spent.
+// unreached handles a sync that reached no fleet: decisions past the
+// lease follow the FailMode, scaled by the ladder, and a lease that has
+// lapsed is not spent.
 func (l *Limiter) unreached(now int64, batch []*keyState) {
+	l.cutOff(now, 0, false)
 	l.degraded.Store(true)
 	for _, k := range batch {
 		k.early.Store(false)
@@ -351,7 +397,7 @@ func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
 	}
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	if l.degraded.Load() {
+	if l.degraded.Load() || !l.fleets[0].closed.Load() && !l.fleets[len(l.fleets)-1].closed.Load() {
 		k.early.Store(false)
 		return // the regular sync finds out when the fleet is back
 	}
@@ -377,7 +423,7 @@ func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
 		}
 	}
 	l.syncs.batch = batch
-	_ = l.syncBatch(ctx, now, batch, false)
+	_ = l.syncBatch(ctx, now, batch, early)
 }
 
 // Close hands this node's leases back to the fleet, reporting the last of
@@ -395,7 +441,7 @@ func (l *Limiter) Close() error {
 		now := l.now()
 		batch := l.collect(now)
 		if len(batch) > 0 {
-			l.closeErr = l.syncBatch(context.Background(), now, batch, true)
+			l.closeErr = l.syncBatch(context.Background(), now, batch, closing)
 		}
 		l.degraded.Store(true)
 	})

@@ -6,5 +6,6 @@
 // Both are pure: no goroutines, no I/O, no clock of their own. Every
 // method takes the time from its caller, so the hybrid Limiter drives
 // them on its injected clock and the simulator on a virtual one. Neither
-// is safe for concurrent use; the Limiter's sync loop owns them.
+// A Ladder never changes once made and is safe for concurrent use; a
+// Breaker is not, and its owner serializes calls to it.
 package partition

@@ -120,16 +120,15 @@ type Health struct {
 	Factor float64
 }
 
-// Health is the health at now of a node that last reached its fleet at
-// reached, and lost it at lost (the zero time if it has not lost it since).
-func (l *Ladder) Health(now, reached, lost time.Time) Health {
-	if lost.IsZero() || !lost.After(reached) {
-		return Health{Level: Healthy, Since: now.Sub(reached), Factor: 1}
+// Health is the health of a node whose fleet has been out of reach for
+// cut, or, if cut is zero, that has been in touch with it for healthy.
+func (l *Ladder) Health(cut, healthy time.Duration) Health {
+	if cut <= 0 {
+		return Health{Level: Healthy, Since: max(0, healthy), Factor: 1}
 	}
-	cut := now.Sub(reached)
 	f, _ := l.step(cut)
 	if f >= 1 {
-		return Health{Level: Degraded, Since: now.Sub(lost), Factor: f}
+		return Health{Level: Degraded, Since: cut, Factor: f}
 	}
 	// Emergency began where the first factor below 1 took force.
 	start := time.Duration(0)

@@ -38,16 +38,14 @@ func TestLadderHealth(t *testing.T) {
 	t.Parallel()
 	l, err := partition.NewLadder(partition.LadderConfig{})
 	require.NoError(t, err)
-	reached := at(0)
 	assert.Equal(t, partition.Health{Level: partition.Healthy, Since: 3 * time.Second, Factor: 1},
-		l.Health(at(3*time.Second), reached, time.Time{}))
-	lost := at(100 * time.Millisecond)
+		l.Health(0, 3*time.Second))
 	assert.Equal(t, partition.Health{Level: partition.Degraded, Since: 2900 * time.Millisecond, Factor: 1},
-		l.Health(at(3*time.Second), reached, lost))
+		l.Health(2900*time.Millisecond, 0))
 	assert.Equal(t, partition.Health{Level: partition.Emergency, Since: 2 * time.Second, Factor: 0.5},
-		l.Health(at(7*time.Second), reached, lost))
+		l.Health(7*time.Second, 0))
 	assert.Equal(t, partition.Health{Level: partition.Emergency, Since: 85 * time.Second, Factor: 0.25},
-		l.Health(at(90*time.Second), reached, lost))
+		l.Health(90*time.Second, 0))
 }
 
 func TestNewLadderRejects(t *testing.T) {

@@ -1,0 +1,134 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/partition"
+)
+
+// fleet is one syncer and the circuit breaker in front of it.
+type fleet struct {
+	syncer global.Syncer
+	name   string // the Config field, for errors
+
+	mu     sync.Mutex // guards br: strict decisions report to it from any goroutine
+	br     *partition.Breaker
+	closed atomic.Bool // br is closed: strict decisions and early syncs may call
+
+	req global.Request // the sync loop's scratch, under Limiter.syncMu
+}
+
+func newFleet(s global.Syncer, name string, cfg partition.BreakerConfig) *fleet {
+	br, _ := partition.NewBreaker(cfg) // validated by Config.withDefaults
+	f := &fleet{syncer: s, name: name, br: br}
+	f.closed.Store(true)
+	return f
+}
+
+// allow reports whether the fleet may be called at now. Only a regular
+// sync may probe a breaker that is not closed.
+func (f *fleet) allow(now time.Time, probe bool) bool {
+	if !probe {
+		return f.closed.Load()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.br.Allow(now)
+}
+
+// result records a call's outcome. A mistake in the request is no sign
+// of an outage: the fleet answered.
+func (f *fleet) result(now time.Time, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil || errors.Is(err, global.ErrInvalid) {
+		f.br.Success(now)
+	} else {
+		f.br.Failure(now)
+	}
+	f.closed.Store(f.br.State(now) == partition.Closed)
+}
+
+// errOpen is what a sync returns for a fleet it did not call.
+func (f *fleet) errOpen() error {
+	return fmt.Errorf("hybrid: Config.%s's circuit breaker is open: %w", f.name, global.ErrUnreachable)
+}
+
+// call syncs batch with f, reporting what f has not been told of yet.
+func (l *Limiter) call(ctx context.Context, f *fleet, i int, batch []*keyState, marks []mark) (*global.Response, error) {
+	req := &f.req
+	req.Node, req.Interval, req.Shares = l.cfg.Node, l.cfg.Interval, l.cfg.Shares
+	req.Keys = req.Keys[:0]
+	for j, k := range batch {
+		req.Keys = append(req.Keys, global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested})
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+	resp, err := f.syncer.Sync(ctx, req)
+	cancel()
+	if err == nil && len(resp.Grants) != len(batch) {
+		err = fmt.Errorf("hybrid: Config.%s returned %d grants for %d keys", f.name, len(resp.Grants), len(batch))
+	}
+	return resp, err
+}
+
+// Health is a Limiter's link to its fleet: partition.Healthy while the
+// last sync reached the fleet; Degraded and then Emergency while it is
+// cut off, or on the minority side of a split, with the ladder's factor
+// in force.
+type Health = partition.Health
+
+// health follows the Limiter's contact with its fleet, on the Limiter's
+// clock.
+type health struct {
+	mu       sync.Mutex
+	cutSince int64 // when the node was last in touch with the whole fleet, if it is cut off now
+	cut      bool
+	restored int64 // when the node was last back in touch
+}
+
+// reached records a sync that reached the whole fleet at now.
+func (l *Limiter) reached(now int64) {
+	h := &l.health
+	h.mu.Lock()
+	if h.cut {
+		h.cut, h.restored = false, now
+	}
+	h.cutSince = now
+	h.mu.Unlock()
+	l.factor.Store(math.Float64bits(1))
+}
+
+// cutOff records a sync at now that reached no fleet, or, with since
+// set, one that reached a side of a split that began at since.
+func (l *Limiter) cutOff(now int64, since int64, partial bool) {
+	h := &l.health
+	h.mu.Lock()
+	if partial {
+		h.cutSince = since
+	}
+	h.cut = true
+	cut := now - h.cutSince
+	h.mu.Unlock()
+	l.factor.Store(math.Float64bits(l.ladder.Factor(time.Duration(cut))))
+}
+
+// Health reports the Limiter's link to its fleet now: its level, how long
+// it has been at it, and the ladder's factor in force. A Limiter with no
+// Syncer is always Healthy.
+func (l *Limiter) Health() Health {
+	now := l.now()
+	h := &l.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cut {
+		return l.ladder.Health(time.Duration(max(1, now-h.cutSince)), 0)
+	}
+	return l.ladder.Health(0, time.Duration(now-h.restored))
+}
