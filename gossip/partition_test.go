@@ -14,6 +14,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
+	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // TestPartitionKeepsShares splits a loaded fleet {1,2,3} | {4,5} through
@@ -49,6 +50,89 @@ func TestPartitionKeepsShares(t *testing.T) {
 	assert.LessOrEqual(t, a, 600*1.1, "{1,2,3} within its reserved share")
 	assert.LessOrEqual(t, b, 400*1.1, "{4,5} within its reserved share")
 	assert.GreaterOrEqual(t, a+b, limit*0.8, "the sides keep serving their shares")
+}
+
+// TestPartitionLadder splits a loaded fleet {1,2,3} | {4,5} and holds the
+// split past the grace period, when each side releases the other's
+// shares. The majority then serves the whole limit, as it should if the
+// others had died; the minority, told by its Gossip that it hears only
+// two of five, climbs down its Limiters' ladder, so the fleet admits at
+// most limit x (1 + factor): the bound docs/partitions.md states.
+func TestPartitionLadder(t *testing.T) {
+	t.Parallel()
+	const (
+		limit = 1000
+		cut   = 2 * time.Second
+	)
+	policy := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second}
+	ladder := partition.LadderConfig{Steps: []partition.Step{{Until: time.Second, Factor: 1}, {Until: 2 * time.Second, Factor: 0.5}, {Factor: 0.25}}}
+	c := gossiptest.Start(t, 5, func(_ int, cfg *gossip.Config) {
+		cfg.Grace = 2 * time.Second
+		// A side of two gathers few confirmations of a suspicion, and
+		// memberlist then waits up to 6x its suspicion timeout: about
+		// 24 s. Capped at 1x (3 s), keeping the harness's patient 2 s
+		// probes so that a loaded machine does not kill live nodes.
+		cfg.Tune = func(m *memberlist.Config) {
+			gossiptest.Patient(m)
+			m.SuspicionMult, m.SuspicionMaxTimeoutMult = 3, 1
+		}
+	})
+	nodes := make([]*hybrid.Limiter, len(c.Nodes))
+	for i, g := range c.Nodes {
+		l, err := hybrid.New(hybrid.Config{Node: g.Name(), Policies: []hybrid.Policy{policy}, Syncer: g, Ladder: ladder})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() }) // the minority cannot hand its leases back
+		nodes[i] = l
+	}
+
+	// The minority tips when memberlist declares the third of the
+	// others dead; watch for it, then measure once the ladder is at 0.25.
+	start := time.Now()
+	tipped := make(chan time.Duration, 1)
+	stop := make(chan struct{})
+	go func() {
+		time.Sleep(cut)
+		c.Partition([]int{0, 1, 2}, []int{3, 4})
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			if h := nodes[3].Health(); h.Level != partition.Healthy && time.Since(start)-h.Since >= cut {
+				tipped <- time.Since(start) - h.Since
+				return
+			}
+		}
+	}()
+	const measure = 2 * time.Second
+	var tip time.Duration
+	r := fleettest.DriveUntil(t, nodes, "k", []float64{400, 400, 400, 400, 400}, func(now time.Duration) bool {
+		select {
+		case tip = <-tipped:
+		default:
+		}
+		return tip > 0 && now >= tip+2300*time.Millisecond+measure || now > 30*time.Second
+	})
+	close(stop)
+	require.Positive(t, tip, "the minority learned it was cut off, after the cut")
+	for i := range 3 {
+		assert.Equal(t, partition.Healthy, nodes[i].Health().Level, "the majority is healthy")
+	}
+	h := nodes[4].Health()
+	assert.Equal(t, partition.Emergency, h.Level)
+	assert.Equal(t, 0.25, h.Factor)
+
+	from, to := tip+2300*time.Millisecond, tip+2300*time.Millisecond+measure
+	secs := measure.Seconds()
+	a := float64(r.AdmittedBetween(from, to, 0, 1, 2)) / secs
+	b := float64(r.AdmittedBetween(from, to, 3, 4)) / secs
+	t.Logf("split at %v, minority tipped %v later; at factor 0.25 past the grace: {1,2,3} %.0f/s (limit %d), {4,5} %.0f/s (0.25 x limit), together %.0f/s (bound %d)",
+		cut, tip-cut, a, limit, b, a+b, limit*5/4)
+	assert.LessOrEqual(t, a, limit*1.1, "the majority within the limit")
+	assert.LessOrEqual(t, b, limit*0.25*1.15, "the minority within its ladder's budget")
+	assert.GreaterOrEqual(t, b, limit*0.25*0.6, "and still serving")
+	assert.LessOrEqual(t, a+b, limit*1.25*1.1, "the fleet within limit x (1 + factor)")
 }
 
 // TestPartitionHeals counts on both sides of a partition and checks that

@@ -51,7 +51,9 @@ func (d Decision) RetryAfter() time.Duration { return d.retryAfter }
 func (d Decision) ResetAfter() time.Duration { return d.resetAfter }
 
 // Degraded reports whether the decision was made without the fleet: it
-// could not be reached, and the policy's FailMode decided.
+// could not be reached, the lease was spent, and the policy's FailMode
+// decided. A decision from a lease is the fleet's, even while the fleet
+// is out of reach; Limiter.Health says whether it is.
 func (d Decision) Degraded() bool { return d.limit < 0 }
 
 // fromLocal converts a local bucket's result.

@@ -16,8 +16,12 @@
 // Local policies limit the node alone; Strict policies decide every request
 // in Redis. When the fleet cannot be reached, a node first spends what it
 // leased, then follows the policy's FailMode: by default it keeps limiting
-// to its last known share, and marks its decisions Degraded.
+// to its last known share, times an emergency ladder that tightens the
+// longer the outage lasts, and marks its decisions Degraded. A circuit
+// breaker keeps the node from waiting on a dead fleet; Config.Failover
+// (gossip beside Redis) keeps a fleet-wide view while Redis is down; and
+// Limiter.Health says where the node stands.
 //
-// See docs/architecture.md for the data flow and the accuracy model, with
-// measured figures.
+// See docs/architecture.md for the data flow and the accuracy model, and
+// docs/partitions.md for outages, with measured figures.
 package hybrid

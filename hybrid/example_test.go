@@ -2,12 +2,14 @@ package hybrid_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -71,4 +73,33 @@ func ExampleNew_error() {
 	fmt.Println(err)
 	// Output:
 	// hybrid: Config.Policies[0] ("api"): Window is 0s; it must be positive
+}
+
+// A node cut off from its fleet, here a gossip node whose only seed does
+// not answer, keeps limiting and says so.
+func ExampleLimiter_Health() {
+	peers, err := gossip.New(gossip.Config{BindAddr: "127.0.0.1", Seeds: []string{"127.0.0.1:1"}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer peers.Close()
+	limiter, err := hybrid.New(hybrid.Config{
+		Node: peers.Name(), Syncer: peers, ManualSync: true,
+		Policies: []hybrid.Policy{{Name: "api", Limit: 100, Window: time.Second}},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer limiter.Close()
+
+	d, _ := limiter.Allow("api:key-42") // a new key's starter credit
+	err = limiter.SyncOnce(context.Background())
+	fmt.Println(d.Allowed(), errors.Is(err, global.ErrUnreachable))
+	h := limiter.Health()
+	fmt.Println(h.Level, h.Factor)
+	// Output:
+	// true true
+	// degraded 1
 }

@@ -49,6 +49,7 @@ type keyState struct {
 	// Sync loop state.
 	reported [2]uint32 // spent as of the last report each fleet took
 	granted  uint32    // spent when the last grant was installed
+	carry    float64   // the fraction of a token a ladder-capped lease left over
 	markIdx  int64     // the Window-long period mark was taken in
 	mark     uint32    // spent at the first sync of that period
 	prevMark uint32    // spent at the first sync of the period before

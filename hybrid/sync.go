@@ -155,8 +155,13 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 			errs = append(errs, f.errOpen())
 			continue
 		}
+		// The outcome is dated when the call was sent, so that a probe
+		// that waited out its timeout does not push the next one back by
+		// as much: the node probes once per cool-down, not per cool-down
+		// plus timeout.
+		sent := l.wall(l.now())
 		resp, err := l.call(ctx, f, i, batch, s.marks)
-		f.result(l.wall(l.now()), err)
+		f.result(sent, err)
 		if err != nil {
 			for _, k := range batch {
 				k.forgetStale(i)
@@ -282,17 +287,27 @@ func ceil(x float64) int64 {
 	return int64(math.Ceil(x - 1e-9*max(1, x)))
 }
 
-// settle installs one key's grant, scaled by factor: the ladder's, when
+// settle installs one key's grant, capped by factor: the ladder's, when
 // the grant comes from one side of a split.
 func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closing bool, factor float64) {
 	k.early.Store(false)
+	elapsed := min(now-k.lastSync, 2*int64(l.cfg.Interval))
 	k.lastSync = now
 	if g.Err != nil {
 		return // the key spends only what it holds
 	}
 	lease := max(0, min(g.Lease, maxAllowance))
 	if factor < 1 {
-		lease = int64(float64(lease) * factor)
+		// The ladder cuts the node's share, not its demand: what it may
+		// spend until the next sync is factor x its weight of the rate,
+		// for the time since the last one. The fraction of a token
+		// carries over, so small shares are not rounded away.
+		c := factor*g.Weight*k.pol.perSec*float64(elapsed)/1e9 + k.carry
+		if whole := int64(c); whole < lease {
+			lease, k.carry = whole, min(c-float64(whole), 1)
+		}
+	} else {
+		k.carry = 0
 	}
 	k.grant(m.s0, lease)
 	k.granted = m.s0
@@ -360,7 +375,11 @@ func (l *Limiter) run(ctx context.Context) {
 			return
 		case <-t.C():
 			_ = l.SyncOnce(ctx) // an outage shows in Decisions; the loop goes on
-			due = l.now() + l.jittered()
+			// The next sync is due an Interval after this one was, so
+			// that a sync that waited out its timeout does not slow the
+			// cadence much, but at least half an Interval after this one
+			// ended, so that a stalled loop does not sync back to back.
+			due = max(due+l.jittered(), l.now()+int64(l.cfg.Interval/2))
 		case k := <-l.early:
 			t.Stop()
 			l.syncEarly(ctx, k)

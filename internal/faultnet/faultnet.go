@@ -1,7 +1,9 @@
-// Package faultnet injects network faults into memberlist: a Network cuts
-// the traffic between groups of nodes, the way a real partition does, by
+// Package faultnet injects network faults. A Network cuts memberlist
+// traffic between groups of nodes, the way a real partition does, by
 // dropping their packets and refusing their streams inside each node's
-// transport. Sockets stay real; only delivery is withheld.
+// transport; a Proxy stands between TCP clients and a server, such as
+// Redis, and can black-hole them. Sockets stay real; only delivery is
+// withheld.
 package faultnet
 
 import (

@@ -7,6 +7,7 @@ package fleettest
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,35 +22,50 @@ import (
 // offered and admitted, in nanoseconds since the start.
 type Run struct {
 	Start    time.Time
-	Offered  []int64   // every arrival, all nodes
-	Admitted []int64   // every admission, all nodes
-	PerNode  []int     // admitted by each node
-	ByNode   [][]int64 // each node's admissions
+	Offered  []int64         // every arrival, all nodes
+	Admitted []int64         // every admission, all nodes
+	PerNode  []int           // admitted by each node
+	ByNode   [][]int64       // each node's admissions
+	Latency  []time.Duration // how long each Allow call took, all nodes
 }
 
 // Drive drives each of nodes with its own goroutines, offering rates[i]
 // requests per second of key for d, and collects every arrival.
 func Drive(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, d time.Duration) *Run {
 	t.Helper()
+	return DriveUntil(t, nodes, key, rates, func(now time.Duration) bool { return now >= d })
+}
+
+// DriveUntil is Drive until done, which is called about once a
+// millisecond with the time since the start, returns true.
+func DriveUntil(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, done func(now time.Duration) bool) *Run {
+	t.Helper()
 	const perNode = 2 // goroutines per node
 	run := &Run{Start: time.Now(), PerNode: make([]int, len(nodes)), ByNode: make([][]int64, len(nodes))}
+	var stop atomic.Bool
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !done(time.Since(run.Start)) {
+			time.Sleep(time.Millisecond)
+		}
+		stop.Store(true)
+	})
 	for i, l := range nodes {
 		for range perNode {
 			wg.Go(func() {
 				rate := rates[i] / perNode
 				var offered, admitted []int64
+				var took []time.Duration
 				issued := 0
-				for {
+				for !stop.Load() {
 					now := time.Since(run.Start)
-					if now >= d {
-						break
-					}
 					for due := int(rate * now.Seconds()); issued < due; issued++ {
-						at := int64(time.Since(run.Start))
+						start := time.Now()
+						at := int64(start.Sub(run.Start))
 						offered = append(offered, at)
 						dec, err := l.Allow(key)
+						took = append(took, time.Since(start))
 						if err != nil {
 							t.Error(err)
 							return
@@ -64,6 +80,7 @@ func Drive(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, d
 				defer mu.Unlock()
 				run.Offered = append(run.Offered, offered...)
 				run.Admitted = append(run.Admitted, admitted...)
+				run.Latency = append(run.Latency, took...)
 				run.PerNode[i] += len(admitted)
 				run.ByNode[i] = append(run.ByNode[i], admitted...)
 			})
@@ -71,6 +88,16 @@ func Drive(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, d
 	}
 	wg.Wait()
 	return run
+}
+
+// Percentile is the q-quantile (0 < q <= 1) of the Allow latencies.
+func (r *Run) Percentile(q float64) time.Duration {
+	if len(r.Latency) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.Latency)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
 // MaxInWindow is the most admissions in any window of length w, sliding
@@ -135,8 +162,14 @@ func (r *Run) MaxInWindowFrom(w, from time.Duration) int {
 	return best
 }
 
-// AdmittedBetween is how many of nodes' admissions fell in [from, to).
+// AdmittedBetween is how many of nodes' admissions fell in [from, to);
+// with no nodes given, all of them.
 func (r *Run) AdmittedBetween(from, to time.Duration, nodes ...int) int {
+	if len(nodes) == 0 {
+		for i := range r.ByNode {
+			nodes = append(nodes, i)
+		}
+	}
 	n := 0
 	for _, i := range nodes {
 		for _, at := range r.ByNode[i] {

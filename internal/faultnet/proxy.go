@@ -1,0 +1,129 @@
+package faultnet
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+// A Proxy forwards TCP connections to a target, such as a Redis server,
+// and can black-hole them: while it does, bytes in either direction are
+// dropped and no connection is closed, as when a switch dies or a firewall
+// starts dropping packets. Clients see neither an error nor an answer;
+// only their timeouts save them. It is safe for concurrent use.
+type Proxy struct {
+	ln     net.Listener
+	target string
+	hole   atomic.Bool
+	done   chan struct{}
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// NewProxy listens on a free loopback port and forwards what it accepts
+// to target. Close stops it.
+func NewProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	return p, nil
+}
+
+// Addr is the host:port clients dial instead of the target's.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Blackhole starts dropping every byte, on open connections and new ones.
+func (p *Proxy) Blackhole() { p.hole.Store(true) }
+
+// Restore forwards again. Connections opened before are still open;
+// what was dropped meanwhile is lost, as on a real network.
+func (p *Proxy) Restore() { p.hole.Store(false) }
+
+// Close stops accepting, closes every connection and waits for its
+// goroutines.
+func (p *Proxy) Close() error {
+	close(p.done)
+	err := p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Go(func() { p.serve(c) })
+	}
+}
+
+// track adds c to the open connections, or reports false if the proxy is
+// closing.
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.done:
+		c.Close()
+		return false
+	default:
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	c.Close()
+}
+
+func (p *Proxy) serve(client net.Conn) {
+	if !p.track(client) {
+		return
+	}
+	defer p.untrack(client)
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return // the target is down: the client sees its connection closed
+	}
+	if !p.track(server) {
+		return
+	}
+	defer p.untrack(server)
+	var wg sync.WaitGroup
+	wg.Go(func() { p.pipe(server, client) })
+	p.pipe(client, server)
+	wg.Wait()
+}
+
+// pipe copies src to dst, dropping what it reads while black-holed, and
+// closes both when either side is done.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.hole.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // EOF, or closed by the other pipe or by Close
+		}
+	}
+}
