@@ -216,7 +216,8 @@ type Config struct {
 
 	// ManualSync, if set, starts no background goroutine: the caller
 	// drives every sync with SyncOnce, as tests and the simulator do, and
-	// early refills wait for the next SyncOnce.
+	// runs the early syncs that keys ask for (EarlyWanted) with
+	// SyncEarly.
 	ManualSync bool
 
 	// Clock is the time source. Default the real clock.

@@ -420,7 +420,7 @@ func (l *Limiter) resolve(key string) *policy {
 
 // askEarly asks the sync loop for an early sync of k, without waiting.
 func (l *Limiter) askEarly(k *keyState) {
-	if l.cfg.ManualSync || k.early.Load() || !k.early.CompareAndSwap(false, true) {
+	if k.early.Load() || !k.early.CompareAndSwap(false, true) {
 		return
 	}
 	select {
@@ -428,6 +428,11 @@ func (l *Limiter) askEarly(k *keyState) {
 	default: // the loop is busy; the regular sync will do
 	}
 }
+
+// EarlyWanted reports whether a key whose lease runs low has asked for an
+// early sync. The background loop runs early syncs by itself; with
+// Config.ManualSync the caller runs them with SyncEarly.
+func (l *Limiter) EarlyWanted() bool { return len(l.early) > 0 }
 
 // Len returns the number of keys the Limiter tracks.
 func (l *Limiter) Len() int { return int(l.nkeys.Load()) }

@@ -416,10 +416,23 @@ func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
 	}
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	if l.degraded.Load() || !l.fleets[0].closed.Load() && !l.fleets[len(l.fleets)-1].closed.Load() {
-		k.early.Store(false)
-		return // the regular sync finds out when the fleet is back
-	}
+	_ = l.earlyBatch(ctx, k)
+}
+
+// SyncEarly syncs at once the keys that asked for an early sync, except
+// those synced less than a quarter interval (or 10 ms) ago, which may ask
+// again. The background loop does this by itself; with Config.ManualSync
+// the caller does, when EarlyWanted says so.
+func (l *Limiter) SyncEarly(ctx context.Context) error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	return l.earlyBatch(ctx, nil)
+}
+
+// earlyBatch syncs first, if not nil, and the other keys waiting for an
+// early sync. syncMu is held.
+func (l *Limiter) earlyBatch(ctx context.Context, first *keyState) error {
+	gap := min(int64(l.cfg.Interval)/4, int64(10*time.Millisecond))
 	now := l.now()
 	batch := l.syncs.batch[:0]
 	add := func(k *keyState) {
@@ -432,7 +445,9 @@ func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
 		}
 		batch = append(batch, k)
 	}
-	add(k)
+	if first != nil {
+		add(first)
+	}
 	for more := true; more && len(batch) < cap(l.early); {
 		select {
 		case k := <-l.early:
@@ -442,7 +457,13 @@ func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
 		}
 	}
 	l.syncs.batch = batch
-	_ = l.syncBatch(ctx, now, batch, early)
+	if len(l.fleets) == 0 || l.degraded.Load() || !l.fleets[0].closed.Load() && !l.fleets[len(l.fleets)-1].closed.Load() {
+		for _, k := range batch {
+			k.early.Store(false)
+		}
+		return nil // the regular sync finds out when the fleet is back
+	}
+	return l.syncBatch(ctx, now, batch, early)
 }
 
 // Close hands this node's leases back to the fleet, reporting the last of

@@ -1,0 +1,135 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// Config describes one simulated run. The zero value of every field but
+// Scenario means its documented default.
+type Config struct {
+	// Scenario names the load: one of Scenarios. Default "steady".
+	Scenario string
+
+	// Nodes is the fleet's size at the start. Default 4.
+	Nodes int
+
+	// Rate is the requests per second offered to each node, on average.
+	// Default 1000.
+	Rate float64
+
+	// Limit is the fleet-wide limit per Window, per key. Default half of
+	// what the fleet is offered per Window on one key: twice overloaded.
+	Limit int64
+
+	// Window is the limit's period. Default 1s.
+	Window time.Duration
+
+	// Algorithm is the policy's: local.TokenBucket (default) or
+	// local.SlidingWindow.
+	Algorithm local.Algorithm
+
+	// Interval is the nodes' sync interval. Default 100ms.
+	Interval time.Duration
+
+	// Shares is how nodes split a key's quota. Default
+	// global.DemandWeighted.
+	Shares global.Shares
+
+	// RTT is the round trip from a node to the store and back. Default
+	// 1ms.
+	RTT time.Duration
+
+	// Duration is the simulated time. Default 60s.
+	Duration time.Duration
+
+	// Seed seeds the arrivals and the sync jitter. Default 1. The same
+	// Config gives the same Result, byte for byte.
+	Seed uint64
+}
+
+// Defaults for Config's zero fields.
+const (
+	DefaultNodes    = 4
+	DefaultRate     = 1000
+	DefaultWindow   = time.Second
+	DefaultInterval = 100 * time.Millisecond
+	DefaultRTT      = time.Millisecond
+	DefaultDuration = time.Minute
+)
+
+// Scenarios are the loads Run knows, by name:
+//
+//   - steady: every node offered Rate, in Poisson arrivals, on one key.
+//   - skewed: a load balancer that sends 80% of the traffic to one node.
+//   - bursts: every node offered 3 x Rate for 1 s, then nothing for 2 s.
+//   - zipf: 1,000 keys, their popularity Zipf-distributed (s = 1.1).
+//   - hotkey: 100 keys, one taking half the traffic.
+//   - churn: the last node leaves a third of the way in, a new one joins
+//     at two thirds; the load balancer moves its traffic.
+//   - outage: the store is unreachable for every node from a third of
+//     the way in, for a sixth of the run.
+//   - partition: half the nodes cannot reach the store for the middle
+//     third of the run.
+var Scenarios = []string{"steady", "skewed", "bursts", "zipf", "hotkey", "churn", "outage", "partition"}
+
+// withDefaults validates c and fills in its defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.Scenario == "" {
+		c.Scenario = "steady"
+	}
+	if !slices.Contains(Scenarios, c.Scenario) {
+		return c, fmt.Errorf("sim: Config.Scenario %q is not one of %s", c.Scenario, strings.Join(Scenarios, ", "))
+	}
+	fields := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"Window", &c.Window, DefaultWindow},
+		{"Interval", &c.Interval, DefaultInterval},
+		{"RTT", &c.RTT, DefaultRTT},
+		{"Duration", &c.Duration, DefaultDuration},
+	}
+	for _, f := range fields {
+		switch {
+		case *f.v == 0:
+			*f.v = f.def
+		case *f.v < time.Millisecond && f.name != "RTT" || *f.v < 0:
+			return c, fmt.Errorf("sim: Config.%s is %v; it must be at least 1ms (or 0 for %v)", f.name, *f.v, f.def)
+		}
+	}
+	switch {
+	case c.Nodes == 0:
+		c.Nodes = DefaultNodes
+	case c.Nodes < 1 || c.Nodes > 1024:
+		return c, fmt.Errorf("sim: Config.Nodes is %d; it must be between 1 and 1024", c.Nodes)
+	}
+	switch {
+	case c.Rate == 0:
+		c.Rate = DefaultRate
+	case !(c.Rate > 0 && c.Rate <= 1e6):
+		return c, fmt.Errorf("sim: Config.Rate is %v; it must be in (0, 1e6] requests per second", c.Rate)
+	}
+	switch {
+	case c.Limit == 0:
+		c.Limit = max(1, int64(float64(c.Nodes)*c.Rate*c.Window.Seconds()/2))
+	case c.Limit < 0:
+		return c, fmt.Errorf("sim: Config.Limit is %d; it must be positive", c.Limit)
+	}
+	if c.Algorithm != local.TokenBucket && c.Algorithm != local.SlidingWindow {
+		return c, fmt.Errorf("sim: Config.Algorithm %v is not simulated; use TokenBucket or SlidingWindow", c.Algorithm)
+	}
+	if c.Shares != global.DemandWeighted && c.Shares != global.Equal {
+		return c, fmt.Errorf("sim: Config.Shares %d is not a known strategy", int(c.Shares))
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	return c, nil
+}

@@ -1,0 +1,205 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+// store is the simulator's Redis: one atomic state per key, updated by the
+// same lease arithmetic as global's Lua scripts (token bucket and sliding
+// window), at the moment a request reaches it. A request leaves its node
+// when the node syncs, reaches the store half a round trip later, and its
+// answer arrives back after the other half; the event loop moves the
+// request along, so the node's Limiter really waits in Sync while the
+// virtual clock runs and its traffic goes on.
+type store struct {
+	keys map[string]*lease
+	ops  chan *op // from a node's Sync to the event loop
+}
+
+// op is one Sync call in flight.
+type op struct {
+	node  int
+	req   global.Request
+	resp  *global.Response
+	err   error
+	reply chan struct{}
+}
+
+// lease is one key's state, as the Lua scripts keep it in a hash.
+type lease struct {
+	tokens float64 // token bucket: tokens left (negative: debt)
+	ts     int64   // when tokens was computed, µs
+	w      int64   // sliding window: the current window number
+	cur    float64
+	prev   float64
+	nodes  map[string]*nodeLease
+	used   int64 // when last synced, µs: the hash expires after ttl
+}
+
+type nodeLease struct {
+	lease   float64
+	granted int64 // µs (token bucket) or window number (sliding window)
+	demand  float64
+	seen    int64 // µs
+}
+
+// syncer is one node's view of the store.
+type syncer struct {
+	s    *store
+	node int
+}
+
+var _ global.Syncer = syncer{}
+
+// Sync hands req to the event loop and waits for its answer. The loop
+// decides when it reaches the store and when the answer comes back, on
+// the virtual clock; ctx's real-time deadline never matters.
+func (c syncer) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
+	o := &op{node: c.node, req: *req, reply: make(chan struct{})}
+	o.req.Keys = append([]global.Usage(nil), req.Keys...)
+	c.s.ops <- o
+	<-o.reply
+	return o.resp, o.err
+}
+
+// apply runs o against the store at now (µs since the epoch).
+func (s *store) apply(o *op, now int64) {
+	interval := o.req.Interval.Microseconds()
+	resp := &global.Response{Grants: make([]global.Grant, len(o.req.Keys))}
+	for i := range o.req.Keys {
+		u := &o.req.Keys[i]
+		if err := u.Limit.Validate(); err != nil {
+			resp.Grants[i].Err = fmt.Errorf("%w: %v", global.ErrInvalid, err)
+			continue
+		}
+		st := s.keys[u.Key]
+		ttl := 2*u.Limit.Window.Microseconds() + 10*interval
+		if st == nil || now-st.used > ttl { // PEXPIRE
+
+			st = &lease{nodes: map[string]*nodeLease{}, tokens: math.NaN()}
+			s.keys[u.Key] = st
+		}
+		st.used = now
+		resp.Grants[i] = st.sync(o.req.Node, u, interval, now, o.req.Shares == global.Equal)
+	}
+	o.resp = resp
+}
+
+// sync is the lease scripts' arithmetic for one key.
+func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal bool) global.Grant {
+	lim := u.Limit
+	window := float64(lim.Window.Microseconds())
+	burst := float64(lim.Burst)
+	if burst == 0 {
+		burst = float64(lim.Limit)
+	}
+	consumed, demand := float64(max(u.Consumed, 0)), float64(max(u.Demand, 0))
+	me := st.nodes[node]
+	fresh := me == nil
+	if fresh {
+		me = &nodeLease{}
+		st.nodes[node] = me
+	}
+	prev := me.lease
+
+	// The nodes active on the key, and their demand; stale ones are
+	// forgotten, as the script's nodes() does.
+	stale := 3 * interval
+	total, count := demand, 1
+	for n, o := range st.nodes {
+		if n == node {
+			continue
+		}
+		if now-o.seen > stale {
+			delete(st.nodes, n)
+			continue
+		}
+		count++
+		total += o.demand
+	}
+	weight := 1 / float64(count)
+	if !equal && total > 0 {
+		weight = demand / total
+	}
+	grantFrom := func(avail, capacity float64) float64 {
+		if avail < 1 || demand <= 0 {
+			return 0
+		}
+		g := max(math.Ceil(capacity*weight), 1)
+		g = min(g, demand)
+		if g > avail {
+			g = math.Floor(avail)
+		}
+		return g
+	}
+
+	g := global.Grant{TTL: time.Duration(2*interval) * time.Microsecond, Nodes: count, Weight: math.Floor(weight*1e6) / 1e6}
+	if lim.Algorithm == global.TokenBucket {
+		rate := float64(lim.Limit) / window
+		if math.IsNaN(st.tokens) {
+			st.tokens, st.ts = burst, now
+		}
+		if now > st.ts {
+			st.tokens = min(burst, st.tokens+float64(now-st.ts)*rate)
+		}
+		if consumed < prev {
+			if now-me.granted <= 2*interval {
+				st.tokens = min(burst, st.tokens+(prev-consumed))
+			}
+		} else {
+			st.tokens -= consumed - prev
+		}
+		l := grantFrom(st.tokens, burst)
+		st.tokens -= l
+		st.ts = now
+		me.lease, me.granted = l, now
+		g.Lease, g.Used = int64(l), int64(math.Ceil(burst-st.tokens))
+		g.Remaining = max(0, int64(math.Floor(st.tokens)))
+		if st.tokens < burst {
+			g.ResetAfter = time.Duration(math.Ceil((burst-st.tokens)/rate)) * time.Microsecond
+		}
+	} else {
+		w := int64(math.Floor(float64(now) / window))
+		switch {
+		case st.w == w-1:
+			st.prev, st.cur = st.cur, 0
+		case st.w < w-1:
+			st.prev, st.cur = 0, 0
+		}
+		lw := me.granted
+		if fresh {
+			lw = w
+		}
+		st.w = w
+		if consumed < prev {
+			back := prev - consumed
+			if lw == w {
+				st.cur = max(0, st.cur-back)
+			} else if lw == w-1 {
+				st.prev = max(0, st.prev-back)
+			}
+		} else {
+			st.cur += consumed - prev
+		}
+		elapsed := float64(now) - float64(w)*window
+		est := math.Ceil(st.prev*(window-elapsed)/window) + st.cur
+		avail := max(float64(lim.Limit)-est, 0)
+		l := grantFrom(avail, float64(lim.Limit))
+		st.cur += l
+		me.lease, me.granted = l, w
+		g.Lease, g.Used, g.Remaining = int64(l), int64(est+l), int64(avail-l)
+		switch {
+		case st.cur > 0:
+			g.ResetAfter = time.Duration(float64(w+2)*window-float64(now)) * time.Microsecond
+		case st.prev > 0:
+			g.ResetAfter = time.Duration(float64(w+1)*window-float64(now)) * time.Microsecond
+		}
+	}
+	me.demand, me.seen = demand, now
+	return g
+}
