@@ -116,14 +116,8 @@ func Run(cfg Config) (*Result, error) {
 		return nil, err
 	}
 	e.m.init(len(e.keys), cfg)
-	if err := e.loop(); err != nil {
-		return nil, err
-	}
-	for _, n := range e.nodes {
-		if n.active {
-			e.leave(n)
-		}
-	}
+	e.loop()
+	e.finish()
 	return e.m.result(e), nil
 }
 
@@ -225,38 +219,67 @@ func (e *engine) nextArrival(i int, from int64) {
 	}
 }
 
+// finish closes every node still in the fleet, handing its leases back,
+// and delivers the store's answers still owed, so that no Limiter is left
+// waiting in Sync. Nothing it does is measured.
+func (e *engine) finish() {
+	for _, n := range e.nodes {
+		if n.active {
+			e.leave(n)
+		}
+	}
+	for e.q.Len() > 0 {
+		ev := heap.Pop(&e.q).(*event)
+		switch ev.kind {
+		case reach, answer:
+		case change:
+			if len(e.pend) == 0 {
+				continue // the scenario's; the run is over
+			}
+		default:
+			continue
+		}
+		e.step(ev)
+	}
+}
+
 // loop runs events until the end of the run.
-func (e *engine) loop() error {
+func (e *engine) loop() {
 	end := int64(e.cfg.Duration)
 	for e.q.Len() > 0 {
 		ev := heap.Pop(&e.q).(*event)
 		if ev.at >= end {
-			break
+			heap.Push(&e.q, ev) // for finish
+			return
 		}
-		if ev.at > e.now {
-			e.now = ev.at
-			e.clk.Set(epoch.Add(time.Duration(e.now)))
-		}
-		switch ev.kind {
-		case arrival:
-			e.arrive(ev)
-		case syncDue:
-			e.sync(ev.node)
-		case earlyDue:
-			e.early(ev.node)
-		case reach:
-			if e.nodes[ev.op.node].cut {
-				ev.op.err = fmt.Errorf("sim: the store is unreachable: %w", global.ErrUnreachable)
-			} else {
-				e.st.apply(ev.op, epoch.Add(time.Duration(e.now)).UnixMicro())
-			}
-		case answer:
-			e.answer(ev.op)
-		case change:
-			ev.fn()
-		}
+		e.step(ev)
 	}
-	return nil
+}
+
+// step moves the clock to ev and runs it.
+func (e *engine) step(ev *event) {
+	if ev.at > e.now {
+		e.now = ev.at
+		e.clk.Set(epoch.Add(time.Duration(e.now)))
+	}
+	switch ev.kind {
+	case arrival:
+		e.arrive(ev)
+	case syncDue:
+		e.sync(ev.node)
+	case earlyDue:
+		e.early(ev.node)
+	case reach:
+		if e.nodes[ev.op.node].cut {
+			ev.op.err = fmt.Errorf("sim: the store is unreachable: %w", global.ErrUnreachable)
+		} else {
+			e.st.apply(ev.op, epoch.Add(time.Duration(e.now)).UnixMicro())
+		}
+	case answer:
+		e.answer(ev.op)
+	case change:
+		ev.fn()
+	}
 }
 
 // arrive decides one request on its node and on the ideal limiter.

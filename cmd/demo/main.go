@@ -6,6 +6,12 @@
 // For now it drives the local buckets: one client offers bursty traffic to
 // a limiter of each algorithm at once, in real time, and a table shows
 // what each admitted. Run with -h for the flags.
+//
+// The simulator runs a fleet on a virtual clock and tells how to tune it:
+//
+//	go run ./cmd/demo sim --scenario skewed --nodes 8 --sync 250ms
+//	go run ./cmd/demo sim sweep --nodes 4,16 --shares demandweighted,equal --md t.md --svg t.svg
+//	go run ./cmd/demo sim tune --overshoot 5 --false-rejection 2 --nodes 8 --rate 500
 package main
 
 import (
@@ -18,6 +24,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "sim" {
+		os.Exit(simMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	var cfg localDemo
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
 	fs.DurationVar(&cfg.duration, "duration", 4*time.Second, "how long to run")

@@ -141,6 +141,33 @@ func (r *Run) IdealRun(t *testing.T, p hybrid.Policy) *Run {
 	return ideal
 }
 
+// Versus compares r with ideal, window by aligned window of length w as
+// the simulator does: the admissions beyond the ideal's, and the ideal's
+// admissions r lacks, each in percent of the ideal's admissions.
+func (r *Run) Versus(ideal *Run, w time.Duration) (overshoot, falseRejection float64) {
+	count := func(ats []int64) map[int64]int {
+		m := map[int64]int{}
+		for _, at := range ats {
+			m[at/int64(w)]++
+		}
+		return m
+	}
+	fleet, best := count(r.Admitted), count(ideal.Admitted)
+	var over, under int
+	for win, i := range best {
+		f := fleet[win]
+		over += max(0, f-i)
+		under += max(0, i-f)
+	}
+	for win, f := range fleet {
+		if _, ok := best[win]; !ok {
+			over += f
+		}
+	}
+	total := float64(max(1, len(ideal.Admitted)))
+	return 100 * float64(over) / total, 100 * float64(under) / total
+}
+
 // MaxInWindowFrom is MaxInWindow over the windows that start at or after
 // from: the steady state, once a bucket's initial burst is spent.
 func (r *Run) MaxInWindowFrom(w, from time.Duration) int {

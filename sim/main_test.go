@@ -1,0 +1,15 @@
+package sim_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+// TestMain fails the package if a goroutine outlives the tests: a run must
+// leave no sync waiting in the simulated store.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, redistest.LeakOptions()...)
+}

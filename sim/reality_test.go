@@ -1,0 +1,52 @@
+package sim_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/sim"
+)
+
+// TestReality runs one scenario (4 nodes, uniform load at twice the
+// limit, 100 ms syncs, Redis) twice: on the wall clock against a real
+// redis-server, and in the simulator. Their overshoot and false rejection
+// must agree within 2 percentage points; docs/tuning.md records both.
+func TestReality(t *testing.T) {
+	t.Parallel()
+	const (
+		nodes    = 4
+		rate     = 1000
+		limit    = 2000
+		interval = 100 * time.Millisecond
+		run      = 6 * time.Second
+	)
+	policy := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second}
+	srv := redistest.StartServer(t)
+	fleet := make([]*hybrid.Limiter, nodes)
+	for i := range fleet {
+		r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: srv.DeadlineClient(t)})
+		require.NoError(t, err)
+		l, err := hybrid.New(hybrid.Config{Node: fmt.Sprintf("node-%d", i), Policies: []hybrid.Policy{policy}, Syncer: r, Interval: interval})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, l.Close()) })
+		fleet[i] = l
+	}
+	real := fleettest.Drive(t, fleet, "k", []float64{rate, rate, rate, rate}, run)
+	realOver, realFalse := real.Versus(real.IdealRun(t, policy), time.Second)
+
+	s, err := sim.Run(sim.Config{Nodes: nodes, Rate: rate, Limit: limit, Interval: interval, RTT: 200 * time.Microsecond, Duration: run})
+	require.NoError(t, err)
+	t.Logf("real Redis: admitted %d of %d, overshoot %.2f%%, false rejection %.2f%%; simulated: admitted %d of %d, overshoot %.2f%%, false rejection %.2f%%",
+		len(real.Admitted), len(real.Offered), realOver, realFalse, s.Admitted, s.Offered, s.Overshoot, s.FalseRejection)
+	assert.InDelta(t, realOver, s.Overshoot, 2, "overshoot agrees within 2 points")
+	assert.InDelta(t, realFalse, s.FalseRejection, 2, "false rejection agrees within 2 points")
+}
