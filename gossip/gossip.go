@@ -227,14 +227,10 @@ var errClosed = fmt.Errorf("gossip: closed: %w", global.ErrUnreachable)
 // not leave, or none of the Seeds has answered yet. The caller should
 // then limit on its own and report the consumption again later.
 func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Response, error) {
-	switch {
-	case req == nil:
-		return nil, fmt.Errorf("%w: gossip: nil request", global.ErrInvalid)
-	case req.Interval <= 0:
-		return nil, fmt.Errorf("%w: gossip: Request.Interval is %v; it must be positive", global.ErrInvalid, req.Interval)
-	case req.Shares != global.DemandWeighted && req.Shares != global.Equal:
-		return nil, fmt.Errorf("%w: gossip: Request.Shares %d is not a known strategy", global.ErrInvalid, int(req.Shares))
-	case g.closed.Load():
+	if err := checkRequest(req); err != nil {
+		return nil, err
+	}
+	if g.closed.Load() {
 		return nil, errClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -247,12 +243,22 @@ func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Respons
 	if g.tab.alone(now) || (len(g.cfg.Seeds) > 0 && !g.joined) {
 		return nil, fmt.Errorf("gossip: no peer reachable: %w", global.ErrUnreachable)
 	}
-	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys)), Partitioned: g.tab.split(now)}
-	for i := range req.Keys {
-		resp.Grants[i] = g.tab.sync(&req.Keys[i], req.Interval, req.Shares, now)
-	}
+	resp := g.tab.syncAll(req, now)
 	g.flush(now, req.Interval)
 	return resp, nil
+}
+
+// checkRequest reports what is wrong with req, if anything.
+func checkRequest(req *global.Request) error {
+	switch {
+	case req == nil:
+		return fmt.Errorf("%w: gossip: nil request", global.ErrInvalid)
+	case req.Interval <= 0:
+		return fmt.Errorf("%w: gossip: Request.Interval is %v; it must be positive", global.ErrInvalid, req.Interval)
+	case req.Shares != global.DemandWeighted && req.Shares != global.Equal:
+		return fmt.Errorf("%w: gossip: Request.Shares %d is not a known strategy", global.ErrInvalid, int(req.Shares))
+	}
+	return nil
 }
 
 // lock takes mu and applies the membership events that came in since.
@@ -322,7 +328,7 @@ func (g *Gossip) flush(now instant, interval time.Duration) {
 			g.stats.queued.Add(1)
 			return
 		}
-		over.add(g, &k.own)
+		over.add(g.name, g.inc, &k.own)
 	})
 	for _, msg := range over.done() {
 		g.post(msg)
@@ -336,10 +342,10 @@ type batcher struct {
 	msgs [][]byte
 }
 
-func (b *batcher) add(g *Gossip, e *entry) {
+func (b *batcher) add(name string, inc uint64, e *entry) {
 	if len(b.w.b) == 0 {
 		b.w.header(kindUpdate)
-		b.w.section(g.name, g.inc)
+		b.w.section(name, inc)
 	}
 	b.w.entry(e)
 	if len(b.w.b) >= maxBatch {
@@ -518,7 +524,7 @@ func (g *Gossip) Close() error {
 		var last batcher
 		for _, k := range g.tab.keys {
 			if g.tab.inUse(k, now) {
-				last.add(g, &k.own)
+				last.add(g.name, g.inc, &k.own)
 			}
 		}
 		g.mu.Unlock()

@@ -3,11 +3,11 @@ package gossip_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
 )
 
 // TestMain fails the package if any goroutine outlives the tests: every
 // Gossip's Close must stop memberlist and its own loops.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	gossiptest.VerifyTestMain(m)
 }

@@ -337,6 +337,16 @@ func leaseStands(c *count, now instant) bool {
 	return !c.p.left && c.e.reserved > 0 && now.mono-c.recvAt <= int64(c.e.ttlMs)*int64(time.Millisecond)
 }
 
+// syncAll answers a whole request: a grant per key, and whether this node
+// is on a split's minority side.
+func (t *table) syncAll(req *global.Request, now instant) *global.Response {
+	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys)), Partitioned: t.split(now)}
+	for i := range req.Keys {
+		resp.Grants[i] = t.sync(&req.Keys[i], req.Interval, req.Shares, now)
+	}
+	return resp
+}
+
 // sync records this node's use of one key and grants its next lease.
 // interval is the caller's sync interval.
 func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shares, now instant) global.Grant {

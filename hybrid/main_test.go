@@ -3,13 +3,13 @@ package hybrid_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 // TestMain fails the package if a goroutine outlives the tests: Close must
-// stop the sync loop, and every Redis client the tests open be closed.
+// stop the sync loop, every Redis client the tests open be closed, and
+// every gossip node be shut down.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, redistest.LeakOptions()...)
+	gossiptest.VerifyTestMain(m, redistest.LeakOptions()...)
 }

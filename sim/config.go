@@ -48,6 +48,27 @@ type Config struct {
 	// Duration is the simulated time. Default 60s.
 	Duration time.Duration
 
+	// Backend is the fleet the nodes sync with: "redis" (default), a
+	// Redis-like store every node reaches in RTT; or "gossip", the gossip
+	// package's own state (gossip.Core) on every node, over a simulated
+	// network that delivers each update to GossipFanout random peers per
+	// GossipInterval round, several rounds over, as memberlist does.
+	Backend string
+
+	// GossipDelay is a gossip message's one-way delay. Default RTT/2.
+	GossipDelay time.Duration
+
+	// GossipLoss is the chance a gossip message is lost, in [0, 1).
+	GossipLoss float64
+
+	// GossipFanout is how many peers a node sends to per round. Default
+	// 3, memberlist's GossipNodes.
+	GossipFanout int
+
+	// GossipInterval is how often a node gossips. Default 200ms,
+	// memberlist's LAN setting.
+	GossipInterval time.Duration
+
 	// Seed seeds the arrivals and the sync jitter. Default 1. The same
 	// Config gives the same Result, byte for byte.
 	Seed uint64
@@ -61,7 +82,13 @@ const (
 	DefaultInterval = 100 * time.Millisecond
 	DefaultRTT      = time.Millisecond
 	DefaultDuration = time.Minute
+
+	DefaultGossipFanout   = 3
+	DefaultGossipInterval = 200 * time.Millisecond
 )
+
+// Backends are the fleets Run simulates.
+var Backends = []string{"redis", "gossip"}
 
 // Scenarios are the loads Run knows, by name:
 //
@@ -73,9 +100,10 @@ const (
 //   - churn: the last node leaves a third of the way in, a new one joins
 //     at two thirds; the load balancer moves its traffic.
 //   - outage: the store is unreachable for every node from a third of
-//     the way in, for a sixth of the run.
-//   - partition: half the nodes cannot reach the store for the middle
-//     third of the run.
+//     the way in, for a sixth of the run (gossip: every node is cut off
+//     from every other).
+//   - partition: half the nodes cannot reach the store (gossip: the
+//     other half) for the middle third of the run.
 var Scenarios = []string{"steady", "skewed", "bursts", "zipf", "hotkey", "churn", "outage", "partition"}
 
 // withDefaults validates c and fills in its defaults.
@@ -127,6 +155,33 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Shares != global.DemandWeighted && c.Shares != global.Equal {
 		return c, fmt.Errorf("sim: Config.Shares %d is not a known strategy", int(c.Shares))
+	}
+	if c.Backend == "" {
+		c.Backend = "redis"
+	}
+	if !slices.Contains(Backends, c.Backend) {
+		return c, fmt.Errorf("sim: Config.Backend %q is not one of %s", c.Backend, strings.Join(Backends, ", "))
+	}
+	switch {
+	case c.GossipDelay == 0:
+		c.GossipDelay = c.RTT / 2
+	case c.GossipDelay < 0:
+		return c, fmt.Errorf("sim: Config.GossipDelay is %v; it must not be negative", c.GossipDelay)
+	}
+	if !(c.GossipLoss >= 0 && c.GossipLoss < 1) {
+		return c, fmt.Errorf("sim: Config.GossipLoss is %v; it must be in [0, 1)", c.GossipLoss)
+	}
+	switch {
+	case c.GossipFanout == 0:
+		c.GossipFanout = DefaultGossipFanout
+	case c.GossipFanout < 0:
+		return c, fmt.Errorf("sim: Config.GossipFanout is %d; it must be positive", c.GossipFanout)
+	}
+	switch {
+	case c.GossipInterval == 0:
+		c.GossipInterval = DefaultGossipInterval
+	case c.GossipInterval < time.Millisecond:
+		return c, fmt.Errorf("sim: Config.GossipInterval is %v; it must be at least 1ms", c.GossipInterval)
 	}
 	if c.Seed == 0 {
 		c.Seed = 1

@@ -25,6 +25,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // every request of the fleet.
 type Result struct {
 	Scenario  string   `json:"scenario"`
+	Backend   string   `json:"backend"`
 	Nodes     int      `json:"nodes"`
 	Interval  Duration `json:"interval"`
 	Shares    string   `json:"shares"`
@@ -49,9 +50,11 @@ type Result struct {
 	// by window, in percent of the ideal's admissions.
 	FalseRejection float64 `json:"false_rejection_pct"`
 
-	// SyncOps is store operations per second: one per key per sync.
+	// SyncOps is sync operations per second, one per key per sync: what
+	// Redis executes, or what the gossip nodes compute locally.
 	SyncOps float64 `json:"sync_ops_per_s"`
-	// SyncBytes estimates the bytes per second the syncs carry.
+	// SyncBytes is the bytes per second the fleet's network carries: an
+	// estimate of the Redis requests, or every gossip message sent.
 	SyncBytes float64 `json:"sync_bytes_per_s"`
 
 	// Converge is how long after the scenario's last change the fleet
@@ -94,7 +97,7 @@ func (m *metrics) record(k int, at int64, fleet, ideal bool) {
 func (m *metrics) result(e *engine) *Result {
 	c := e.cfg
 	r := &Result{
-		Scenario: c.Scenario, Nodes: c.Nodes, Interval: Duration(c.Interval), Shares: c.Shares.String(),
+		Scenario: c.Scenario, Backend: c.Backend, Nodes: c.Nodes, Interval: Duration(c.Interval), Shares: c.Shares.String(),
 		Algorithm: c.Algorithm.String(), Limit: c.Limit, Window: Duration(c.Window), RTT: Duration(c.RTT),
 		Duration: Duration(c.Duration), Seed: c.Seed,
 	}
@@ -167,15 +170,15 @@ func (r *Result) WriteJSON(w io.Writer) error {
 
 // WriteTable writes r as a short human-readable table.
 func (r *Result) WriteTable(w io.Writer) error {
-	_, err := fmt.Fprintf(w, `scenario %s: %d nodes, %s, limit %d per %v, sync every %v (%s shares), RTT %v, %v simulated (seed %d)
+	_, err := fmt.Fprintf(w, `scenario %s over %s: %d nodes, %s, limit %d per %v, sync every %v (%s shares), RTT %v, %v simulated (seed %d)
 
   offered          %12d
   admitted         %12d   ideal %d (%.2f%%)
   overshoot        %11.3f%%   of the ideal's admissions (worst window: %.3f%% of the limit)
   false rejection  %11.3f%%   of the ideal's admissions
-  store ops        %12.1f/s   about %.0f bytes/s
+  sync ops         %12.1f/s   %.0f bytes/s on the network
 `,
-		r.Scenario, r.Nodes, r.Algorithm, r.Limit, time.Duration(r.Window), time.Duration(r.Interval), r.Shares,
+		r.Scenario, r.Backend, r.Nodes, r.Algorithm, r.Limit, time.Duration(r.Window), time.Duration(r.Interval), r.Shares,
 		time.Duration(r.RTT), time.Duration(r.Duration), r.Seed,
 		r.Offered, r.Admitted, r.Ideal, 100*float64(r.Admitted)/math.Max(1, float64(r.Ideal)),
 		r.Overshoot, r.OvershootWorst, r.FalseRejection, r.SyncOps, r.SyncBytes)

@@ -68,9 +68,9 @@ func (e *engine) scenario() error {
 			e.reschedule()
 		})
 	case "outage":
-		e.cut(d/3, d/3+d/6, allNodes(c.Nodes))
+		e.cut(d/3, d/3+d/6, allNodes(c.Nodes), true)
 	case "partition":
-		e.cut(d/3, 2*d/3, allNodes(c.Nodes)[:max(1, c.Nodes/2)])
+		e.cut(d/3, 2*d/3, allNodes(c.Nodes)[:max(1, c.Nodes/2)], false)
 	}
 	return nil
 }
@@ -81,13 +81,22 @@ func (e *engine) change(t int64, fn func()) {
 	e.at(t, fn)
 }
 
-// cut makes nodes unable to reach the store from from to to.
-func (e *engine) cut(from, to int64, nodes []int) {
+// cut moves nodes out of the fleet's network from from to to: they
+// cannot reach the store; over gossip, they reach each other (alone, if
+// each is cut off by itself) but nobody else.
+func (e *engine) cut(from, to int64, nodes []int, alone bool) {
 	set := func(cut bool) func() {
 		return func() {
 			for _, i := range nodes {
-				e.nodes[i].cut = cut
+				e.nodes[i].group = 0
+				if cut {
+					e.nodes[i].group = 1
+					if alone {
+						e.nodes[i].group = 1 + i
+					}
+				}
 			}
+			e.regroup()
 		}
 	}
 	e.change(from, set(true))

@@ -22,12 +22,14 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 type kind uint8
 
 const (
-	arrival  kind = iota // a request reaches a node
-	syncDue              // a node's sync interval is up
-	earlyDue             // a node's early sync, asked for by a key running low
-	reach                // a sync reaches the store
-	answer               // the store's answer reaches the node
-	change               // the scenario changes the fleet or the network
+	arrival    kind = iota // a request reaches a node
+	syncDue                // a node's sync interval is up
+	earlyDue               // a node's early sync, asked for by a key running low
+	reach                  // a sync reaches the store
+	answer                 // the store's answer reaches the node
+	change                 // the scenario changes the fleet or the network
+	gossipTick             // a node's gossip round
+	deliver                // a gossip message reaches a node
 )
 
 // event is one thing that happens at a virtual time.
@@ -38,6 +40,7 @@ type event struct {
 	node int
 	gen  int // arrival: the node's generation it was drawn in
 	op   *op
+	msg  []byte // deliver: the message
 	fn   func()
 }
 
@@ -66,8 +69,9 @@ type node struct {
 	l      *hybrid.Limiter
 	weight float64 // its part of the offered load while active
 	active bool
-	busy   bool  // a sync is in flight
-	cut    bool  // cannot reach the store
+	busy   bool // a sync is in flight
+	group  int  // 0: reaches the store; over gossip, reaches its group only
+	g      *gossipNode
 	early  bool  // an early sync is scheduled
 	synced int64 // when its last sync started
 	gen    int   // bumps when its arrivals are rescheduled
@@ -139,9 +143,16 @@ func (e *engine) join(i int) error {
 		e.nodes = append(e.nodes, &node{})
 	}
 	n := e.nodes[i]
+	var fleet global.Syncer = syncer{&e.st, i}
+	if e.cfg.Backend == "gossip" {
+		if err := e.gossipJoin(i); err != nil {
+			return err
+		}
+		fleet = gossipSyncer{e, i}
+	}
 	l, err := hybrid.New(hybrid.Config{
-		Node: "node-" + strconv.Itoa(i), Policies: []hybrid.Policy{e.pol},
-		Syncer: syncer{&e.st, i}, Interval: e.cfg.Interval, Shares: e.cfg.Shares,
+		Node: nodeName(i), Policies: []hybrid.Policy{e.pol},
+		Syncer: fleet, Interval: e.cfg.Interval, Shares: e.cfg.Shares,
 		ManualSync: true, Clock: e.clk, MaxKeys: max(hybrid.DefaultMaxKeys, 2*len(e.keys)),
 	})
 	if err != nil {
@@ -160,10 +171,15 @@ func (e *engine) leave(n *node) {
 		e.at(e.now+max(int64(e.cfg.RTT), 1), func() { e.leave(n) })
 		return
 	}
-	n.active = false
 	e.call(n, func() { _ = n.l.Close() })
+	n.active = false
+	if e.cfg.Backend == "gossip" {
+		e.gossipLeave(n)
+	}
 	e.reschedule()
 }
+
+func nodeName(i int) string { return "node-" + strconv.Itoa(i) }
 
 // jitter is a sync interval give or take a tenth, as the Limiter's own
 // loop draws it.
@@ -270,7 +286,7 @@ func (e *engine) step(ev *event) {
 	case earlyDue:
 		e.early(ev.node)
 	case reach:
-		if e.nodes[ev.op.node].cut {
+		if e.nodes[ev.op.node].group != 0 {
 			ev.op.err = fmt.Errorf("sim: the store is unreachable: %w", global.ErrUnreachable)
 		} else {
 			e.st.apply(ev.op, epoch.Add(time.Duration(e.now)).UnixMicro())
@@ -279,6 +295,12 @@ func (e *engine) step(ev *event) {
 		e.answer(ev.op)
 	case change:
 		ev.fn()
+	case gossipTick:
+		e.gossipRound(ev.node)
+	case deliver:
+		if n := e.nodes[ev.node]; n.active {
+			_ = n.g.core.Receive(ev.msg, e.clk.Now())
+		}
 	}
 }
 

@@ -16,23 +16,43 @@ import (
 // the JSON byte for byte, and once with another seed, which must differ.
 func TestDeterministic(t *testing.T) {
 	t.Parallel()
-	for _, sc := range sim.Scenarios {
-		t.Run(sc, func(t *testing.T) {
-			t.Parallel()
-			cfg := sim.Config{Scenario: sc, Duration: 10 * time.Second, Seed: 7}
-			var a, b, c bytes.Buffer
-			for _, out := range []*bytes.Buffer{&a, &b} {
-				r, err := sim.Run(cfg)
-				require.NoError(t, err)
-				require.NoError(t, r.WriteJSON(out))
-			}
-			assert.Equal(t, a.String(), b.String(), "one seed, one output")
-			cfg.Seed = 8
-			r, err := sim.Run(cfg)
-			require.NoError(t, err)
-			require.NoError(t, r.WriteJSON(&c))
-			assert.NotEqual(t, a.String(), c.String(), "another seed, other arrivals")
-		})
+	for _, backend := range sim.Backends {
+		for _, sc := range sim.Scenarios {
+			t.Run(backend+"/"+sc, func(t *testing.T) {
+				t.Parallel()
+				deterministic(t, sim.Config{Scenario: sc, Backend: backend, Duration: 5 * time.Second, Seed: 7})
+			})
+		}
+	}
+}
+
+func deterministic(t *testing.T, cfg sim.Config) {
+	var a, b, c bytes.Buffer
+	for _, out := range []*bytes.Buffer{&a, &b} {
+		r, err := sim.Run(cfg)
+		require.NoError(t, err)
+		require.NoError(t, r.WriteJSON(out))
+	}
+	assert.Equal(t, a.String(), b.String(), "one seed, one output")
+	cfg.Seed = 8
+	r, err := sim.Run(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.WriteJSON(&c))
+	assert.NotEqual(t, a.String(), c.String(), "another seed, other arrivals")
+}
+
+// TestGossipOvershootGrowsWithInterval checks the simulator's gossip
+// network against what the accuracy model predicts: the longer the sync
+// interval, the more the worst window overshoots.
+func TestGossipOvershootGrowsWithInterval(t *testing.T) {
+	t.Parallel()
+	last := -1.0
+	for _, iv := range []time.Duration{25 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, time.Second} {
+		r, err := sim.Run(sim.Config{Backend: "gossip", Interval: iv, Duration: 30 * time.Second})
+		require.NoError(t, err)
+		t.Logf("gossip, sync every %v: worst window %.2f%% over the limit, overshoot %.2f%%, false rejection %.2f%%", iv, r.OvershootWorst, r.Overshoot, r.FalseRejection)
+		assert.Greater(t, r.OvershootWorst, last, "at %v", iv)
+		last = r.OvershootWorst
 	}
 }
 
@@ -62,14 +82,16 @@ func TestOneNodeIsIdeal(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	tests := map[string]sim.Config{
-		"Scenario":  {Scenario: "nope"},
-		"Nodes":     {Nodes: -1},
-		"Rate":      {Rate: -5},
-		"Limit":     {Limit: -1},
-		"Interval":  {Interval: time.Microsecond},
-		"Window":    {Window: -time.Second},
-		"Algorithm": {Algorithm: local.SlidingLog},
-		"Shares":    {Shares: 9},
+		"Scenario":   {Scenario: "nope"},
+		"Nodes":      {Nodes: -1},
+		"Rate":       {Rate: -5},
+		"Limit":      {Limit: -1},
+		"Interval":   {Interval: time.Microsecond},
+		"Window":     {Window: -time.Second},
+		"Algorithm":  {Algorithm: local.SlidingLog},
+		"Shares":     {Shares: 9},
+		"Backend":    {Backend: "etcd"},
+		"GossipLoss": {GossipLoss: 1},
 	}
 	for field, cfg := range tests {
 		_, err := sim.Run(cfg)

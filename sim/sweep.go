@@ -17,16 +17,17 @@ var DefaultIntervals = []time.Duration{
 	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
 }
 
-// SweepConfig is a grid of runs: every interval, for every node count and
-// share strategy, with Base's other settings.
+// SweepConfig is a grid of runs: every interval, for every backend, node
+// count and share strategy, with Base's other settings.
 type SweepConfig struct {
 	Base      Config
 	Intervals []time.Duration // default DefaultIntervals
 	Nodes     []int           // default Base.Nodes
 	Shares    []global.Shares // default Base.Shares
+	Backends  []string        // default Base.Backend
 }
 
-// Sweep runs the grid, in order: shares, then nodes, then intervals.
+// Sweep runs the grid, in order: backends, shares, nodes, intervals.
 func Sweep(c SweepConfig) ([]*Result, error) {
 	if len(c.Intervals) == 0 {
 		c.Intervals = DefaultIntervals
@@ -37,17 +38,22 @@ func Sweep(c SweepConfig) ([]*Result, error) {
 	if len(c.Shares) == 0 {
 		c.Shares = []global.Shares{c.Base.Shares}
 	}
+	if len(c.Backends) == 0 {
+		c.Backends = []string{c.Base.Backend}
+	}
 	var out []*Result
-	for _, sh := range c.Shares {
-		for _, n := range c.Nodes {
-			for _, iv := range c.Intervals {
-				cfg := c.Base
-				cfg.Shares, cfg.Nodes, cfg.Interval = sh, n, iv
-				r, err := Run(cfg)
-				if err != nil {
-					return nil, err
+	for _, b := range c.Backends {
+		for _, sh := range c.Shares {
+			for _, n := range c.Nodes {
+				for _, iv := range c.Intervals {
+					cfg := c.Base
+					cfg.Backend, cfg.Shares, cfg.Nodes, cfg.Interval = b, sh, n, iv
+					r, err := Run(cfg)
+					if err != nil {
+						return nil, err
+					}
+					out = append(out, r)
 				}
-				out = append(out, r)
 			}
 		}
 	}
@@ -57,11 +63,11 @@ func Sweep(c SweepConfig) ([]*Result, error) {
 // WriteMarkdown writes results as a markdown table.
 func WriteMarkdown(w io.Writer, results []*Result) error {
 	var b strings.Builder
-	b.WriteString("| scenario | nodes | shares | interval | overshoot (worst window, % of limit) | overshoot (% of ideal) | false rejection (%) | store ops/s |\n")
-	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("| scenario | backend | nodes | shares | interval | overshoot (worst window, % of limit) | overshoot (% of ideal) | false rejection (%) | sync ops/s | bytes/s |\n")
+	b.WriteString("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %d | %s | %v | %.2f | %.2f | %.2f | %.0f |\n",
-			r.Scenario, r.Nodes, r.Shares, time.Duration(r.Interval), r.OvershootWorst, r.Overshoot, r.FalseRejection, r.SyncOps)
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %v | %.2f | %.2f | %.2f | %.0f | %.0f |\n",
+			r.Scenario, r.Backend, r.Nodes, r.Shares, time.Duration(r.Interval), r.OvershootWorst, r.Overshoot, r.FalseRejection, r.SyncOps, r.SyncBytes)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -126,7 +132,7 @@ func WriteSVG(w io.Writer, results []*Result) error {
 	}
 	var all []series
 	for _, r := range results {
-		name := fmt.Sprintf("%d nodes, %s", r.Nodes, r.Shares)
+		name := fmt.Sprintf("%s, %d nodes, %s", r.Backend, r.Nodes, r.Shares)
 		if len(all) == 0 || all[len(all)-1].name != name {
 			all = append(all, series{name: name})
 		}

@@ -35,6 +35,7 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 		alg       = fs.String("algorithm", "tokenbucket", "tokenbucket or slidingwindow")
 		shares    = fs.String("shares", "demandweighted", "demandweighted or equal (sweep: a comma-separated list)")
 		nodesList = fs.String("nodes", "4", "nodes in the fleet (sweep: a comma-separated list)")
+		backends  = fs.String("backend", "redis", "redis or gossip (sweep: a comma-separated list)")
 		jsonOut   = fs.Bool("json", false, "print JSON instead of a table")
 		intervals = fs.String("intervals", "", "sweep and tune: comma-separated sync intervals (default 10ms to 2s)")
 		md        = fs.String("md", "", "sweep: also write the markdown table to this file")
@@ -47,7 +48,9 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.Rate, "rate", sim.DefaultRate, "requests per second offered to each node")
 	fs.Int64Var(&cfg.Limit, "limit", 0, "the fleet-wide limit per -window, per key (default: half the offered load)")
 	fs.DurationVar(&cfg.Window, "window", sim.DefaultWindow, "the limit's window")
-	fs.DurationVar(&cfg.RTT, "rtt", sim.DefaultRTT, "round trip to the store")
+	fs.DurationVar(&cfg.RTT, "rtt", sim.DefaultRTT, "round trip to the store (gossip: twice a message's delay)")
+	fs.Float64Var(&cfg.GossipLoss, "loss", 0, "gossip: the chance a message is lost")
+	fs.IntVar(&cfg.GossipFanout, "fanout", sim.DefaultGossipFanout, "gossip: peers a node sends to per round")
 	fs.DurationVar(&cfg.Duration, "duration", sim.DefaultDuration, "simulated time")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed for the arrivals and jitter")
 	fs.Usage = func() {
@@ -84,7 +87,8 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(fmt.Errorf("-intervals: %w", err))
 	}
-	cfg.Nodes, cfg.Shares = nodes[0], shareList[0]
+	backendList := strings.Split(*backends, ",")
+	cfg.Nodes, cfg.Shares, cfg.Backend = nodes[0], shareList[0], backendList[0]
 
 	switch cmd {
 	case "run":
@@ -101,7 +105,7 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 	case "sweep":
-		rs, err := sim.Sweep(sim.SweepConfig{Base: cfg, Intervals: ivs, Nodes: nodes, Shares: shareList})
+		rs, err := sim.Sweep(sim.SweepConfig{Base: cfg, Intervals: ivs, Nodes: nodes, Shares: shareList, Backends: backendList})
 		if err != nil {
 			return fail(err)
 		}
@@ -134,8 +138,8 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 			}
 			return 0
 		}
-		fmt.Fprintf(stdout, "Sync every %v: the longest interval with overshoot <= %g%% of the limit and false rejection <= %g%% for %s load on %d nodes at %g req/s each.\n\n",
-			time.Duration(rec.Interval), *over, *falseRej, cfg.Scenario, cfg.Nodes, cfg.Rate)
+		fmt.Fprintf(stdout, "Sync every %v: the longest interval with overshoot <= %g%% of the limit and false rejection <= %g%% for %s load on %d nodes at %g req/s each, over %s.\n\n",
+			time.Duration(rec.Interval), *over, *falseRej, cfg.Scenario, cfg.Nodes, cfg.Rate, cfg.Backend)
 		if err := sim.WriteMarkdown(stdout, rec.Tried); err != nil {
 			return fail(err)
 		}

@@ -1,0 +1,112 @@
+package gossip
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+// A Core is one node's view of the fleet with no network: the per-key
+// counters, leases and shares that a Gossip keeps in step over
+// memberlist, for callers that carry the bytes themselves. The simulator
+// (package sim) runs Cores over its simulated network, so that what it
+// measures is this package's own arithmetic.
+//
+// The caller tells a Core who its peers are (Join, Leave), hands it the
+// messages its peers sent (Receive), and sends the ones it returns
+// (Updates). Times come from the caller. A Core is not safe for
+// concurrent use.
+type Core struct {
+	tab  *table
+	name string
+	inc  uint64
+	enc  encoder
+}
+
+// An Update is one key's entry, encoded for the wire. A newer Update with
+// the same Name replaces an older one not yet sent, as in a Gossip's
+// transmit queue.
+type Update struct {
+	Name string
+	Msg  []byte
+}
+
+// NewCore returns the state of node name. Of cfg, only Grace, MaxKeys
+// and MaxPeers apply; inc tells this incarnation of the node from earlier
+// ones (a Gossip uses its start time).
+func NewCore(name string, inc uint64, cfg Config) (*Core, error) {
+	cfg.Name = name
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Core{tab: newTable(name, inc, &cfg), name: name, inc: inc}, nil
+}
+
+// Name is the node's name.
+func (c *Core) Name() string { return c.name }
+
+func instantOf(now time.Time) instant {
+	return instant{mono: now.UnixNano(), wall: now.UnixNano()}
+}
+
+// Join records peer as a live member.
+func (c *Core) Join(peer string) { c.tab.join(peer, "") }
+
+// Leave records that peer is no longer a live member at now: its share
+// stays reserved for the grace period.
+func (c *Core) Leave(peer string, now time.Time) { c.tab.leave(peer, instantOf(now)) }
+
+// Sync is Gossip.Sync on this Core at now: it fails with ErrUnreachable
+// when no peer is live although some did not leave.
+func (c *Core) Sync(req *global.Request, now time.Time) (*global.Response, error) {
+	if err := checkRequest(req); err != nil {
+		return nil, err
+	}
+	at := instantOf(now)
+	if c.tab.alone(at) {
+		return nil, fmt.Errorf("gossip: no peer reachable: %w", global.ErrUnreachable)
+	}
+	return c.tab.syncAll(req, at), nil
+}
+
+// Updates returns this node's entries that changed since they were last
+// returned, and those due for their periodic refresh, one Update per key.
+func (c *Core) Updates(now time.Time) []Update {
+	var out []Update
+	c.tab.pending(instantOf(now), func(k *key) {
+		c.enc.header(kindUpdate)
+		c.enc.section(c.name, c.inc)
+		c.enc.entry(&k.own)
+		out = append(out, Update{Name: keyName(k.hash), Msg: append([]byte(nil), c.enc.finish()...)})
+	})
+	slices.SortFunc(out, func(a, b Update) int { return strings.Compare(a.Name, b.Name) }) // the table is a map
+	return out
+}
+
+// Farewell returns the message a node sends its peers when it leaves on
+// purpose, so that its share goes to them at once.
+func (c *Core) Farewell() []byte {
+	var w encoder
+	w.header(kindLeave)
+	w.section(c.name, c.inc)
+	return w.finish()
+}
+
+// Receive merges a message a peer sent. A malformed one is refused with an
+// error and changes nothing.
+func (c *Core) Receive(msg []byte, now time.Time) error {
+	var m message
+	if err := m.decode(msg); err != nil {
+		return err
+	}
+	c.tab.merge(&m, instantOf(now))
+	return nil
+}
+
+// Collect forgets what can no longer matter, as a Gossip does every
+// second.
+func (c *Core) Collect(now time.Time) { c.tab.gc(instantOf(now)) }

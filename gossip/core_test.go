@@ -1,0 +1,50 @@
+package gossip_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/gossip"
+)
+
+// TestCore runs two Cores, carrying their updates by hand: what one counts
+// the other sees, a malformed message is refused, and a Core whose only
+// peer left is cut off.
+func TestCore(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	a, err := gossip.NewCore("a", 1, gossip.Config{})
+	require.NoError(t, err)
+	b, err := gossip.NewCore("b", 1, gossip.Config{})
+	require.NoError(t, err)
+	a.Join("b")
+	b.Join("a")
+	lim := global.Limit{Algorithm: global.SlidingWindow, Limit: 100, Window: time.Minute}
+	req := func(consumed, demand int64) *global.Request {
+		return &global.Request{Node: "x", Interval: 100 * time.Millisecond, Keys: []global.Usage{{Key: "k", Limit: lim, Consumed: consumed, Demand: demand}}}
+	}
+
+	_, err = a.Sync(req(30, 10), now)
+	require.NoError(t, err)
+	ups := a.Updates(now)
+	require.Len(t, ups, 1)
+	assert.Empty(t, a.Updates(now), "sent once until it changes or is due for refresh")
+	require.NoError(t, b.Receive(ups[0].Msg, now))
+	assert.Error(t, b.Receive(ups[0].Msg[:3], now), "malformed")
+
+	resp, err := b.Sync(req(0, 10), now)
+	require.NoError(t, err)
+	g := resp.Grants[0]
+	assert.GreaterOrEqual(t, g.Used, int64(30), "a's consumption, seen by b")
+	assert.Equal(t, 2, g.Nodes)
+
+	b.Leave("a", now)
+	_, err = b.Sync(req(0, 10), now.Add(time.Second))
+	assert.ErrorIs(t, err, global.ErrUnreachable)
+	_, err = b.Sync(nil, now)
+	assert.ErrorIs(t, err, global.ErrInvalid)
+}
