@@ -22,6 +22,8 @@ type Reservation struct {
 	local local.Reservation
 	k     *keyState // Hybrid: the lease to give back to on Cancel
 	n     int64
+	d     Decision
+	isD   bool
 }
 
 // OK reports whether the reservation holds its tokens.
@@ -30,6 +32,12 @@ func (r Reservation) OK() bool { return r.ok }
 // Delay is how long to wait before acting on an OK reservation, or before
 // trying again after one that is not OK (Never if it never can be).
 func (r Reservation) Delay() time.Duration { return r.delay }
+
+// Decision is the decision that took (or refused) a Hybrid or Strict
+// reservation's tokens, with the fleet's remaining quota and reset; ok is
+// false for a Local policy's reservation, which books time, not a
+// decision.
+func (r Reservation) Decision() (d Decision, ok bool) { return r.d, r.isD }
 
 // Cancel gives the tokens back, when that is still possible: a Local
 // policy's reservation as local.Reservation.Cancel does, a Hybrid
@@ -66,7 +74,7 @@ func (l *Limiter) ReserveN(key string, n int) (Reservation, error) {
 	if err != nil {
 		return Reservation{}, err
 	}
-	r := Reservation{ok: d.Allowed(), delay: d.RetryAfter()}
+	r := Reservation{ok: d.Allowed(), delay: d.RetryAfter(), d: d, isD: true}
 	if r.ok && k.pol.Mode == Hybrid && !d.Degraded() {
 		r.k, r.n = k, int64(n)
 	}

@@ -1,0 +1,278 @@
+// Package httplimit is HTTP middleware around a hybrid.Limiter: it keys
+// each request (API key, user, client address, or a function of yours),
+// admits it only if every configured limit does, and tells the client
+// where it stands with the IETF RateLimit-Policy and RateLimit header
+// fields (draft-ietf-httpapi-ratelimit-headers), optionally the legacy
+// X-RateLimit-* ones, Retry-After, and an application/problem+json body
+// on refusal.
+//
+// See docs/http.md.
+package httplimit
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/partition"
+)
+
+// Headers is which rate-limit header fields responses carry.
+type Headers int
+
+const (
+	// DraftHeaders sends RateLimit-Policy and RateLimit, as the IETF
+	// draft defines them. The default.
+	DraftHeaders Headers = iota
+	// LegacyHeaders sends X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (epoch seconds), for the most constraining limit.
+	LegacyHeaders
+	// BothHeaders sends both sets.
+	BothHeaders
+	// NoHeaders sends neither; refusals still carry Retry-After.
+	NoHeaders
+)
+
+// A Limit is one limit applied to requests.
+type Limit struct {
+	// Name names the limit to clients, in the header fields and in a
+	// refusal's violated-policies: letters, digits, '-', '_', '.'.
+	Name string
+
+	// Key keys the request. Required.
+	Key KeyFunc
+
+	// Prefix is put before the key, so that it matches the Limiter's
+	// Policy for this limit: "ip:", say, for a Policy with that Prefix.
+	Prefix string
+
+	// Window is the Policy's window, shown to clients as the quota's
+	// window (w=). Required unless Config.Headers is NoHeaders.
+	Window time.Duration
+
+	// Cost, if set, is what a request costs; default 1.
+	Cost func(r *http.Request) int
+}
+
+// Config describes the middleware.
+type Config struct {
+	// Limiter decides. Required.
+	Limiter *hybrid.Limiter
+
+	// Limits are checked in order; a request passes only if all admit
+	// it, and a refusal by one takes nothing from the others. Put Strict
+	// policies last: a Strict decision cannot be taken back.
+	Limits []Limit
+
+	// Headers is which header fields to send. Default DraftHeaders.
+	Headers Headers
+
+	// UnavailableWhenDegraded answers a refusal with 503 and the draft's
+	// temporary-reduced-capacity problem type, instead of 429 and
+	// quota-exceeded, while the Limiter is cut off from its fleet
+	// (Limiter.Health is not Healthy): the client is refused because the
+	// fleet is out of reach, not because it spent its quota.
+	UnavailableWhenDegraded bool
+
+	// OnError answers a request that could not be keyed or decided: a
+	// KeyFunc failed, or the Limiter refused the key (too long, no
+	// policy, too many keys). Default: 500 with a problem+json body.
+	OnError func(w http.ResponseWriter, r *http.Request, err error)
+}
+
+var tokenName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+// New returns the middleware, or an error naming the field of cfg at
+// fault.
+func New(cfg Config) (func(http.Handler) http.Handler, error) {
+	switch {
+	case cfg.Limiter == nil:
+		return nil, fmt.Errorf("httplimit: Config.Limiter is nil")
+	case len(cfg.Limits) == 0:
+		return nil, fmt.Errorf("httplimit: Config.Limits is empty; give at least one Limit")
+	case cfg.Headers < DraftHeaders || cfg.Headers > NoHeaders:
+		return nil, fmt.Errorf("httplimit: Config.Headers %d is not a known set", int(cfg.Headers))
+	}
+	seen := map[string]bool{}
+	for i, l := range cfg.Limits {
+		at := fmt.Sprintf("httplimit: Config.Limits[%d]", i)
+		switch {
+		case !tokenName.MatchString(l.Name):
+			return nil, fmt.Errorf("%s: Name %q must be letters, digits, '-', '_' or '.'", at, l.Name)
+		case seen[l.Name]:
+			return nil, fmt.Errorf("%s: Name %q is used twice", at, l.Name)
+		case l.Key == nil:
+			return nil, fmt.Errorf("%s (%q): Key is nil", at, l.Name)
+		case l.Window <= 0 && cfg.Headers != NoHeaders:
+			return nil, fmt.Errorf("%s (%q): Window is %v; the header fields need the policy's window", at, l.Name, l.Window)
+		}
+		seen[l.Name] = true
+	}
+	if cfg.OnError == nil {
+		cfg.OnError = func(w http.ResponseWriter, _ *http.Request, err error) {
+			problem(w, http.StatusInternalServerError, problemBody{Type: "about:blank", Title: "rate limiting failed", Detail: err.Error()})
+		}
+	}
+	cfg.Limits = append([]Limit(nil), cfg.Limits...)
+	return func(next http.Handler) http.Handler {
+		return &handler{cfg: cfg, next: next}
+	}, nil
+}
+
+type handler struct {
+	cfg  Config
+	next http.Handler
+}
+
+// taken is one limit's part in a request.
+type taken struct {
+	lim *Limit
+	key string
+	res hybrid.Reservation
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var buf [4]taken
+	took := buf[:0]
+	undo := func() {
+		for _, t := range took {
+			t.res.Cancel()
+		}
+	}
+	for i := range h.cfg.Limits {
+		l := &h.cfg.Limits[i]
+		key, err := l.Key(r)
+		if err != nil {
+			undo()
+			h.cfg.OnError(w, r, err)
+			return
+		}
+		if key == "" {
+			continue
+		}
+		key = l.Prefix + key
+		n := 1
+		if l.Cost != nil {
+			n = l.Cost(r)
+		}
+		res, err := h.cfg.Limiter.ReserveN(key, n)
+		if err != nil {
+			undo()
+			h.cfg.OnError(w, r, err)
+			return
+		}
+		if !res.OK() || res.Delay() > 0 {
+			res.Cancel()
+			undo()
+			h.refuse(w, &taken{lim: l, key: key, res: res}, took)
+			return
+		}
+		took = append(took, taken{lim: l, key: key, res: res})
+	}
+	h.headers(w, took, nil)
+	h.next.ServeHTTP(w, r)
+}
+
+// refuse answers a request that one limit refused, after passed did not.
+func (h *handler) refuse(w http.ResponseWriter, refused *taken, passed []taken) {
+	h.headers(w, passed, refused)
+	l := refused.lim
+	if delay := refused.res.Delay(); delay != hybrid.Never && delay > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(delay.Seconds())), 10))
+	}
+	if h.cfg.UnavailableWhenDegraded && h.cfg.Limiter.Health().Level != partition.Healthy {
+		problem(w, http.StatusServiceUnavailable, problemBody{
+			Type:   "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",
+			Title:  "Service capacity is temporarily reduced",
+			Detail: "the rate limiter cannot reach the rest of its fleet and admits less than usual; retry later",
+		})
+		return
+	}
+	problem(w, http.StatusTooManyRequests, problemBody{
+		Type:     "https://iana.org/assignments/http-problem-types#quota-exceeded",
+		Title:    "Request cannot be satisfied as assigned quota has been exceeded",
+		Detail:   fmt.Sprintf("the %q quota is spent; retry later", l.Name),
+		Violated: []string{l.Name},
+	})
+}
+
+// headers writes the header fields for the limits a request passed, and
+// the one that refused it, if any.
+func (h *handler) headers(w http.ResponseWriter, passed []taken, refused *taken) {
+	if h.cfg.Headers == NoHeaders {
+		return
+	}
+	type state struct {
+		lim       *Limit
+		quota     int64
+		remaining int64
+		reset     int64 // seconds
+	}
+	var all []state
+	add := func(l *Limit, key string, res hybrid.Reservation) {
+		d, ok := res.Decision()
+		if !ok {
+			var err error
+			if d, err = h.cfg.Limiter.AllowN(key, 0); err != nil { // reads, takes nothing
+				return
+			}
+		}
+		all = append(all, state{l, d.Limit(), d.Remaining(), int64(math.Ceil(d.ResetAfter().Seconds()))})
+	}
+	for _, t := range passed {
+		add(t.lim, t.key, t.res)
+	}
+	if refused != nil {
+		add(refused.lim, refused.key, refused.res)
+		if len(all) > 0 {
+			all[len(all)-1].remaining = 0
+		}
+	}
+	if len(all) == 0 {
+		return
+	}
+	hd := w.Header()
+	if h.cfg.Headers == DraftHeaders || h.cfg.Headers == BothHeaders {
+		var pol, cur []string
+		for _, s := range all {
+			pol = append(pol, fmt.Sprintf("%q;q=%d;w=%d", s.lim.Name, s.quota, int64(math.Ceil(s.lim.Window.Seconds()))))
+			cur = append(cur, fmt.Sprintf("%q;r=%d;t=%d", s.lim.Name, s.remaining, s.reset))
+		}
+		hd.Set("RateLimit-Policy", strings.Join(pol, ", "))
+		hd.Set("RateLimit", strings.Join(cur, ", "))
+	}
+	if h.cfg.Headers == LegacyHeaders || h.cfg.Headers == BothHeaders {
+		tight := all[0]
+		for _, s := range all[1:] {
+			if s.remaining < tight.remaining {
+				tight = s
+			}
+		}
+		hd.Set("X-RateLimit-Limit", strconv.FormatInt(tight.quota, 10))
+		hd.Set("X-RateLimit-Remaining", strconv.FormatInt(tight.remaining, 10))
+		hd.Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Unix()+tight.reset, 10))
+	}
+}
+
+// problemBody is an RFC 9457 problem detail.
+type problemBody struct {
+	Type     string   `json:"type"`
+	Title    string   `json:"title"`
+	Status   int      `json:"status"`
+	Detail   string   `json:"detail,omitempty"`
+	Violated []string `json:"violated-policies,omitempty"`
+}
+
+func problem(w http.ResponseWriter, status int, p problemBody) {
+	p.Status = status
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(p)
+}
