@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -33,4 +34,50 @@ func TestLocalDemo(t *testing.T) {
 	}
 	assert.Contains(t, text, "admitted")
 	assert.Contains(t, text, "offered")
+}
+
+// TestFleetDemo runs the fleet demo briefly, as a user would with -json,
+// and checks its summary: every node served over HTTP, the hot tenant was
+// held near its limit, and the scripted cut and heal happened.
+func TestFleetDemo(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	code := fleetMain(context.Background(), []string{"--nodes", "3", "--duration", "5s", "--rate", "60", "--limit", "40", "--json"}, &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
+	var sum fleetSummary
+	require.NoError(t, json.Unmarshal(out.Bytes(), &sum), out.String())
+	require.Len(t, sum.PerNode, 3)
+	for _, n := range sum.PerNode {
+		assert.Positive(t, n.Offered, n.Name)
+		assert.Positive(t, n.Admitted, n.Name)
+		assert.Positive(t, n.Refused, n.Name+": the hot tenant is offered 90/s against 40/s")
+		assert.Equal(t, n.Offered, n.Admitted+n.Refused)
+	}
+	// Over 5 s the bucket's starting burst weighs: at most 40 on top of
+	// the rate, and some slack for a loaded machine.
+	assert.LessOrEqual(t, sum.HotRate, 40*(1+1/5.0)*1.2)
+	assert.LessOrEqual(t, float64(sum.HotWorst), 40*1.5, "no second after the burst far over the limit")
+	assert.GreaterOrEqual(t, sum.HotRate, 40*0.7)
+	require.Len(t, sum.Events, 2)
+	assert.Contains(t, sum.Events[0], "node-3 cut off")
+	assert.Contains(t, sum.Events[1], "healed")
+
+	out.Reset()
+	code = fleetMain(context.Background(), []string{"--nodes", "2", "--duration", "1500ms", "--scenario", "steady"}, &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
+	assert.Contains(t, out.String(), "hot tenant (limit)")
+	assert.Contains(t, out.String(), "Hot tenant:")
+
+	// Ctrl-C: the run stops early, cleanly, and still prints its summary.
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	out.Reset()
+	start := time.Now()
+	code = fleetMain(ctx, []string{"--nodes", "2", "--duration", "1m"}, &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
+	assert.Less(t, time.Since(start), 15*time.Second, "stopped early")
+	assert.Contains(t, out.String(), "Hot tenant:")
+
+	assert.Equal(t, 1, fleetMain(context.Background(), []string{"--scenario", "nope"}, &out, &errOut))
+	assert.Equal(t, 2, fleetMain(context.Background(), []string{"--bogus"}, &out, &errOut))
 }

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/gossip"
+	"github.com/hybridlimit/hybridlimit/httplimit"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/faultnet"
+	"github.com/hybridlimit/hybridlimit/partition"
+)
+
+// fleetDemo runs a fleet on this machine: nodes in one process, each a
+// hybrid Limiter over real memberlist gossip on loopback (and Redis, if
+// given) behind the httplimit middleware on its own HTTP port, and a load
+// generator that calls them over real HTTP.
+type fleetDemo struct {
+	nodes    int
+	sync     time.Duration
+	duration time.Duration
+	scenario string // "split" or "steady"
+	redis    string
+	json     bool
+	rate     float64 // requests per second offered to each node
+	limit    int64   // per tenant per second, fleet-wide
+	tick     time.Duration
+}
+
+// hotKey takes half the traffic; the rest spreads over coldKeys tenants.
+const (
+	hotKey   = "hot"
+	coldKeys = 9
+)
+
+// demoNode is one node: its gossip, Limiter and HTTP server, and what the
+// load generator saw of it.
+type demoNode struct {
+	name string
+	g    *gossip.Gossip
+	l    *hybrid.Limiter
+	srv  *http.Server
+	url  string
+
+	offered, admitted, refused, hot atomic.Int64
+}
+
+// fleetSummary is the demo's result.
+type fleetSummary struct {
+	Nodes     int                `json:"nodes"`
+	Sync      string             `json:"sync"`
+	Backend   string             `json:"backend"`
+	Elapsed   string             `json:"elapsed"`
+	Limit     int64              `json:"limit_per_tenant_per_s"`
+	PerNode   []fleetNodeSummary `json:"per_node"`
+	HotRate   float64            `json:"hot_admitted_per_s"`
+	HotWorst  int64              `json:"hot_worst_second"`
+	Overshoot float64            `json:"hot_worst_overshoot_pct"`
+	Events    []string           `json:"events"`
+}
+
+type fleetNodeSummary struct {
+	Name     string `json:"name"`
+	Offered  int64  `json:"offered"`
+	Admitted int64  `json:"admitted"`
+	Refused  int64  `json:"refused"`
+	Health   string `json:"health"`
+}
+
+func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error) {
+	if d.nodes < 1 || d.nodes > 64 {
+		return nil, fmt.Errorf("-nodes %d: want 1 to 64", d.nodes)
+	}
+	if d.scenario != "split" && d.scenario != "steady" {
+		return nil, fmt.Errorf("-scenario %q: want split or steady", d.scenario)
+	}
+	network := faultnet.New()
+	var transports []*faultnet.Transport
+	var nodes []*demoNode
+	var rdb *redis.Client
+	defer func() {
+		for _, n := range nodes {
+			shutdown(n)
+		}
+		if rdb != nil {
+			rdb.Close()
+		}
+	}()
+	backend := "gossip"
+	if d.redis != "" {
+		backend = "redis, gossip as failover"
+		rdb = redis.NewClient(&redis.Options{Addr: d.redis, ContextTimeoutEnabled: true})
+	}
+	for i := range d.nodes {
+		n, err := d.start(i, nodes, network, &transports, rdb)
+		if err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, n)
+	}
+	if err := waitMembers(ctx, nodes, 10*time.Second); err != nil {
+		return nil, err
+	}
+
+	fmt.Fprintf(w, "%d nodes on 127.0.0.1 over %s, syncing every %v; limit %d req/s per tenant, fleet-wide.\n",
+		d.nodes, backend, d.sync, d.limit)
+	fmt.Fprintf(w, "Load: %.0f req/s to each node over HTTP, half on tenant %q, the rest over %d others.\n",
+		d.rate, hotKey, coldKeys)
+	if d.scenario == "split" && d.nodes > 1 {
+		fmt.Fprintf(w, "At %v %s is cut off from the others; at %v the network heals.\n",
+			d.duration/3, nodes[len(nodes)-1].name, 2*d.duration/3)
+	}
+	fmt.Fprintln(w, "Each cell: admitted/offered in the last second, the node's share of the hot tenant's")
+	fmt.Fprintln(w, "admissions, and its health (H healthy, D degraded, E emergency).")
+	fmt.Fprintln(w)
+	header := fmt.Sprintf("%6s", "time")
+	for _, n := range nodes {
+		header += fmt.Sprintf(" %17s", n.name)
+	}
+	header += fmt.Sprintf(" %18s", "hot tenant (limit)")
+	fmt.Fprintln(w, header)
+	fmt.Fprintln(w, strings.Repeat("-", len(header)))
+
+	ctx, cancel := context.WithTimeout(ctx, d.duration)
+	defer cancel()
+	var load sync.WaitGroup
+	for i, n := range nodes {
+		load.Go(func() { d.drive(ctx, n, uint64(i)) })
+	}
+
+	sum := &fleetSummary{Nodes: d.nodes, Sync: d.sync.String(), Backend: backend, Limit: d.limit}
+	start := time.Now()
+	tick := time.NewTicker(d.tick)
+	defer tick.Stop()
+	cutAt, healAt := d.duration/3, 2*d.duration/3
+	cut, healed := false, false
+	last := make([][3]int64, len(nodes))
+	lastHot := int64(0)
+	var hotTotal int64
+	levels := make([]partition.Level, len(nodes))
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			running = false
+		case <-tick.C:
+		}
+		elapsed := time.Since(start)
+		if d.scenario == "split" && d.nodes > 1 {
+			if !cut && elapsed >= cutAt {
+				cut = true
+				network.Partition([]string{transports[len(transports)-1].Addr()})
+				sum.Events = append(sum.Events, fmt.Sprintf("%v: %s cut off", elapsed.Round(time.Second), nodes[len(nodes)-1].name))
+			}
+			if cut && !healed && elapsed >= healAt {
+				healed = true
+				network.Heal()
+				sum.Events = append(sum.Events, fmt.Sprintf("%v: network healed", elapsed.Round(time.Second)))
+			}
+		}
+		row := fmt.Sprintf("%6s", elapsed.Round(time.Second))
+		hot, hotNow := int64(0), make([]int64, len(nodes))
+		for i, n := range nodes {
+			hotNow[i] = n.hot.Load()
+			hot += hotNow[i]
+		}
+		second := hot - lastHot
+		for i, n := range nodes {
+			off, adm := n.offered.Load(), n.admitted.Load()
+			h := n.l.Health()
+			if h.Level != levels[i] {
+				sum.Events = append(sum.Events, fmt.Sprintf("%v: %s %s (factor %.2f)", elapsed.Round(time.Second), n.name, h.Level, h.Factor))
+				levels[i] = h.Level
+			}
+			share := 0.0
+			if second > 0 {
+				share = 100 * float64(hotNow[i]-last[i][2]) / float64(second)
+			}
+			row += fmt.Sprintf(" %9s %3.0f%% %s", fmt.Sprintf("%d/%d", adm-last[i][1], off-last[i][0]), share, strings.ToUpper(h.Level.String()[:1]))
+			last[i] = [3]int64{off, adm, hotNow[i]}
+		}
+		lastHot, hotTotal = hot, hot
+		if running {
+			over := float64(second-d.limit) / float64(d.limit) * 100
+			row += fmt.Sprintf(" %10d (%d)", second, d.limit)
+			if over > 0 {
+				row += fmt.Sprintf(" +%.0f%%", over)
+			}
+			// A token bucket starts full: its burst is spent in the
+			// first seconds, and is no overshoot.
+			if elapsed > 2500*time.Millisecond && second > sum.HotWorst {
+				sum.HotWorst = second
+			}
+			fmt.Fprintln(w, row)
+		}
+	}
+	load.Wait()
+	elapsed := time.Since(start)
+	sum.Elapsed = elapsed.Round(time.Millisecond).String()
+	sum.HotRate = math.Round(float64(hotTotal)/elapsed.Seconds()*10) / 10
+	sum.Overshoot = math.Round(math.Max(0, float64(sum.HotWorst-d.limit))/float64(d.limit)*1000) / 10
+	for _, n := range nodes {
+		sum.PerNode = append(sum.PerNode, fleetNodeSummary{n.name, n.offered.Load(), n.admitted.Load(), n.refused.Load(), n.l.Health().Level.String()})
+	}
+	return sum, nil
+}
+
+// start starts node i: its gossip (seeded with the first node), its
+// Limiter and its HTTP server.
+func (d *fleetDemo) start(i int, others []*demoNode, network *faultnet.Network, transports *[]*faultnet.Transport, rdb *redis.Client) (*demoNode, error) {
+	n := &demoNode{name: fmt.Sprintf("node-%d", i+1)}
+	cfg := gossip.Config{
+		Name: n.name, BindAddr: "127.0.0.1", RejoinInterval: 2 * time.Second,
+		// Failure detection a few times faster than memberlist's LAN
+		// defaults, so that the cut-off node learns within the cut that
+		// it is alone: it probes one peer per interval, and a node cut
+		// off alone gathers no confirmation of its suspicions, so
+		// memberlist would wait up to 6 suspicion timeouts per peer.
+		Tune: func(m *memberlist.Config) {
+			m.ProbeInterval, m.SuspicionMult, m.SuspicionMaxTimeoutMult = 500*time.Millisecond, 3, 1
+		},
+		WrapTransport: func(t memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
+			w := network.Wrap(t)
+			*transports = append(*transports, w)
+			return w
+		},
+	}
+	if len(others) > 0 {
+		cfg.Seeds = []string{others[0].g.Addr()}
+	}
+	var err error
+	if n.g, err = gossip.New(cfg); err != nil {
+		return nil, err
+	}
+	hc := hybrid.Config{
+		Node: n.name, Interval: d.sync, Syncer: n.g,
+		Policies: []hybrid.Policy{{Name: "tenant", Prefix: "tenant:", Limit: d.limit, Window: time.Second}},
+	}
+	if rdb != nil {
+		fleet, err := global.NewRedis(context.Background(), global.RedisConfig{Client: rdb})
+		if err != nil {
+			n.g.Close()
+			return nil, fmt.Errorf("-redis %s: %w", d.redis, err)
+		}
+		hc.Syncer, hc.Failover = fleet, n.g
+	}
+	if n.l, err = hybrid.New(hc); err != nil {
+		n.g.Close()
+		return nil, err
+	}
+	mw, err := httplimit.New(httplimit.Config{
+		Limiter: n.l, UnavailableWhenDegraded: false,
+		Limits: []httplimit.Limit{{Name: "tenant", Prefix: "tenant:", Key: httplimit.Header("X-Tenant"), Window: time.Second}},
+	})
+	if err != nil {
+		shutdown(n)
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		shutdown(n)
+		return nil, err
+	}
+	n.url = "http://" + ln.Addr().String() + "/"
+	n.srv = &http.Server{Handler: mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = n.srv.Serve(ln) }()
+	return n, nil
+}
+
+// shutdown stops a node: HTTP first, then the Limiter (its last report),
+// then gossip (its farewell).
+func shutdown(n *demoNode) {
+	if n.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = n.srv.Shutdown(ctx)
+		cancel()
+	}
+	if n.l != nil {
+		_ = n.l.Close()
+	}
+	if n.g != nil {
+		_ = n.g.Close()
+	}
+}
+
+// waitMembers waits until every node sees the whole fleet.
+func waitMembers(ctx context.Context, nodes []*demoNode, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		all := true
+		for _, n := range nodes {
+			all = all && len(n.g.Members()) == len(nodes)
+		}
+		if all {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the gossip fleet did not form within 10s")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// drive offers n its share of the load until ctx is done, over HTTP.
+func (d *fleetDemo) drive(ctx context.Context, n *demoNode, seed uint64) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	defer client.CloseIdleConnections()
+	rng := rand.New(rand.NewPCG(seed, 42))
+	start := time.Now()
+	sent := 0
+	for ctx.Err() == nil {
+		due := int(d.rate * time.Since(start).Seconds())
+		for ; sent < due && ctx.Err() == nil; sent++ {
+			key := hotKey
+			if rng.IntN(2) == 0 {
+				key = fmt.Sprintf("t%d", 1+rng.IntN(coldKeys))
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.url, nil)
+			req.Header.Set("X-Tenant", key)
+			resp, err := client.Do(req)
+			if err != nil {
+				continue // the run ended, or the node is shutting down
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			n.offered.Add(1)
+			if resp.StatusCode == http.StatusOK {
+				n.admitted.Add(1)
+				if key == hotKey {
+					n.hot.Add(1)
+				}
+			} else {
+				n.refused.Add(1)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// print writes the summary as text or JSON.
+func (s *fleetSummary) print(w io.Writer, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	fmt.Fprintf(w, "\nIn %s over %s (sync every %s):\n", s.Elapsed, s.Backend, s.Sync)
+	for _, n := range s.PerNode {
+		fmt.Fprintf(w, "  %-8s offered %6d  admitted %6d  refused %6d  now %s\n", n.Name, n.Offered, n.Admitted, n.Refused, n.Health)
+	}
+	fmt.Fprintf(w, "Hot tenant: %.1f admitted/s on average against a limit of %d/s; busiest second after the burst %d (%.1f%% over).\n",
+		s.HotRate, s.Limit, s.HotWorst, s.Overshoot)
+	for _, e := range s.Events {
+		fmt.Fprintf(w, "  %s\n", e)
+	}
+	return nil
+}
