@@ -48,6 +48,7 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzBuckets -fuzztime 60s ./local/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./gossip/
+	$(GO) test -run '^$$' -fuzz FuzzSpaceSaving -fuzztime 60s ./internal/sketch/
 
 demo:
 	$(GO) run ./cmd/demo
