@@ -25,6 +25,8 @@ func benchLimiter(b *testing.B, srv *redistest.Server, mode hybrid.Mode) *hybrid
 		Node:     "bench",
 		Policies: []hybrid.Policy{{Name: "p", Mode: mode, Limit: 1_000_000_000, Window: time.Second}},
 		Syncer:   redisSyncer(b, srv),
+		// The lease in one word: BenchmarkHotKeyParallel measures stripes.
+		HotKeyRate: -1,
 	})
 	require.NoError(b, err)
 	b.Cleanup(func() { l.Close() })

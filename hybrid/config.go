@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -127,6 +128,10 @@ const (
 	// DefaultIdleTimeout is how long a key goes without requests before
 	// its lease is returned and it is forgotten.
 	DefaultIdleTimeout = 10 * time.Second
+	// DefaultHotKeyRate is the rate per node at which a key's lease is
+	// striped: where one atomic word starts to cost the cores that share
+	// it more than the stripes cost a sync.
+	DefaultHotKeyRate = 50_000
 )
 
 // Config describes a Limiter. The zero value of every optional field means
@@ -214,6 +219,20 @@ type Config struct {
 	// DefaultMaxKeyLen.
 	MaxKeyLen int
 
+	// HotKeyRate is the rate, in requests per second offered to this
+	// node, at which a Hybrid key's lease is split over HotKeyStripes
+	// stripes, so that the cores admitting it do not all contend for one
+	// atomic word; it merges back below half that rate. Default
+	// DefaultHotKeyRate; negative never splits. See docs/hotkeys.md.
+	HotKeyRate float64
+
+	// HotKeyStripes is how many stripes a hot key's lease is split over.
+	// Default two per P (2 × GOMAXPROCS at New), so that two Ps seldom
+	// land on one stripe, or 1 with a single P; 1 never splits. A striped
+	// key costs about 8 ns more per decision when nothing contends, and
+	// saves far more when cores do: see docs/hotkeys.md.
+	HotKeyStripes int
+
 	// ManualSync, if set, starts no background goroutine: the caller
 	// drives every sync with SyncOnce, as tests and the simulator do, and
 	// runs the early syncs that keys ask for (EarlyWanted) with
@@ -283,6 +302,21 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("hybrid: Config.FleetSize is %d; it must be positive (or 0 for 1)", c.FleetSize)
 	case c.FleetSize == 0:
 		c.FleetSize = 1
+	}
+	switch {
+	case c.HotKeyRate == 0:
+		c.HotKeyRate = DefaultHotKeyRate
+	case math.IsNaN(c.HotKeyRate):
+		return c, fmt.Errorf("hybrid: Config.HotKeyRate is NaN; give a rate in requests per second (or 0 for the default %d)", DefaultHotKeyRate)
+	}
+	switch {
+	case c.HotKeyStripes == 0:
+		c.HotKeyStripes = 1 // one P: nothing contends
+		if p := runtime.GOMAXPROCS(0); p > 1 {
+			c.HotKeyStripes = 2 * p
+		}
+	case c.HotKeyStripes < 0 || c.HotKeyStripes > 1024:
+		return c, fmt.Errorf("hybrid: Config.HotKeyStripes is %d; it must be between 1 and 1024 (or 0 for 2 × GOMAXPROCS)", c.HotKeyStripes)
 	}
 	if c.Breaker.Failures == 0 {
 		c.Breaker.Failures = partition.DefaultFailures

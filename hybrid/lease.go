@@ -43,11 +43,14 @@ type keyState struct {
 	fleetRemaining atomic.Int64 // Grant.Remaining at the last sync
 	resetAt        atomic.Int64 // when the fleet's bucket is full, on the Limiter's clock
 
+	stripes atomic.Pointer[stripeSet] // a hot key's lease stripes; nil if not striped
+
 	key string
 	pol *policy
 
 	// Sync loop state.
 	reported [2]uint32 // spent as of the last report each fleet took
+	folded   uint32    // what merged-back stripes spent
 	granted  uint32    // spent when the last grant was installed
 	carry    float64   // the fraction of a token a ladder-capped lease left over
 	markIdx  int64     // the Window-long period mark was taken in
@@ -119,30 +122,15 @@ func (k *keyState) forgetStale(i int) {
 	}
 }
 
-// take admits n from the allowance if it holds n, returning the allowance
-// left.
-func (k *keyState) take(n int64) (left int64, ok bool) {
-	for {
-		w := k.word.Load()
-		a := allowanceOf(w)
-		if a < n {
-			return a, false
-		}
-		if k.word.CompareAndSwap(w, w-uint64(n)+uint64(n)<<32) {
-			return a - n, true
-		}
-	}
-}
-
 // spend counts n admitted outside the lease.
 func (k *keyState) spend(n int64) { k.word.Add(uint64(n) << 32) }
 
 // zero drops what is left of the allowance: a lease that lapsed.
 func (k *keyState) zero() {
-	for {
-		w := k.word.Load()
-		if k.word.CompareAndSwap(w, w&^math.MaxUint32) {
-			return
+	drain(&k.word)
+	if set := k.stripes.Load(); set != nil {
+		for i := range set.s {
+			drain(&set.s[i].word)
 		}
 	}
 }
@@ -160,8 +148,14 @@ func (k *keyState) give(n int64) {
 	}
 }
 
-// grant installs a new allowance of lease, less what was spent since s0.
+// grant installs a new allowance of lease, less what was spent since s0
+// (or, for a striped key, since its stripes' marks).
 func (k *keyState) grant(s0 uint32, lease int64) {
+	if set := k.stripes.Load(); set != nil {
+		k.grantStriped(set, lease)
+		return
+	}
+	s0 -= k.folded // the word's own spent
 	for {
 		w := k.word.Load()
 		a := lease - int64(spentOf(w)-s0)

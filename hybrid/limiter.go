@@ -212,7 +212,14 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 	if now >= k.until.Load() {
 		return l.short(k, now, n)
 	}
-	if left, ok := k.take(max(n, 0)); ok {
+	var left int64
+	var ok bool
+	if set := k.stripes.Load(); set != nil {
+		left, ok = k.takeStriped(set, max(n, 0))
+	} else {
+		left, ok = takeWord(&k.word, max(n, 0)) // inlined: the common path
+	}
+	if ok {
 		if left < k.low.Load() {
 			l.askEarly(k)
 		}
@@ -242,7 +249,7 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 	if k.low.Load() > 0 || now >= k.until.Load() {
 		l.askEarly(k)
 	}
-	d.remaining = k.fleetRemaining.Load() + allowanceOf(k.word.Load())
+	d.remaining = k.fleetRemaining.Load() + k.allowance()
 	d.retryAfter = l.retryAfter(now)
 	return d, nil
 }

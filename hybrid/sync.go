@@ -112,7 +112,7 @@ func (l *Limiter) makeRoom() bool {
 			k := v.(*keyState)
 			if k.pol.Mode != Hybrid {
 				l.sweepOther(k)
-			} else if w := k.word.Load(); k.allReported(len(l.fleets), spentOf(w)) && allowanceOf(w) == 0 && k.synced && k.lease == 0 {
+			} else if k.allReported(len(l.fleets), k.spent()) && k.allowance() == 0 && k.synced && k.lease == 0 {
 				l.forget(k)
 			}
 			return true
@@ -132,7 +132,7 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 	s := &l.syncs
 	s.marks = s.marks[:0]
 	for _, k := range batch {
-		m := mark{s0: spentOf(k.word.Load()), refused: k.refused.Load()}
+		m := mark{s0: k.markSpent(), refused: k.refused.Load()}
 		l.forecast(k, now, m)
 		k.roll(now, m.s0)
 		k.requested = 0
@@ -311,6 +311,9 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	}
 	k.grant(m.s0, lease)
 	k.granted = m.s0
+	if !closing {
+		l.stripe(k)
+	}
 	k.lease, k.expires, k.synced = lease, now+int64(g.TTL), true
 	k.share -= float64(lease)
 	k.nodes = g.Nodes
@@ -329,7 +332,7 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	if k.fallback.Load() != 0 && k.fallback.Swap(0) != 0 {
 		k.pol.local.Delete(k.key) // the next outage starts afresh
 	}
-	if !closing && k.idle && lease == 0 && spentOf(k.word.Load()) == m.s0 && k.allReported(len(l.fleets), m.s0) {
+	if !closing && k.idle && lease == 0 && k.spent() == m.s0 && k.allReported(len(l.fleets), m.s0) {
 		l.forget(k)
 	}
 }

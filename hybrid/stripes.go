@@ -1,0 +1,262 @@
+package hybrid
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// A hot key's lease is split over stripes, so that the cores admitting
+// its requests do not all fight over one atomic word. The stripes hold
+// the allowance, each on cache lines of its own; the key's own word then
+// holds none and only counts what is spent outside the lease (degraded
+// decisions) or given back, since the key's hot fields share its cache
+// line. A request takes from its P's stripe and, when that stripe is
+// short, from any other that holds enough, before it counts as short of
+// lease: so striping costs no false rejection. Each sync shares the new
+// allowance out by what each stripe spent, which gives the stripes of
+// busy Ps what the others did not use.
+//
+// Spent is counted per word; the key's spent is their wrapping sum, plus
+// what stripes merged back had spent (keyState.folded). Allowance moves
+// between words when the key is split or merged back, never appears or
+// vanishes, so neither costs a burst nor a loss.
+type stripeSet struct {
+	s  []stripe // the stripes
+	s0 []uint32 // the sync loop's marks: spent of each word, 0 being the key's
+}
+
+type stripe struct {
+	word atomic.Uint64
+	_    [120]byte // words 128 bytes apart never share a cache line
+}
+
+// count is how many stripes hold the key's allowance.
+func (set *stripeSet) count() int { return len(set.s) }
+
+// wordAt is word i: the key's own for 0, stripe i-1's after.
+func (k *keyState) wordAt(set *stripeSet, i int) *atomic.Uint64 {
+	if i == 0 {
+		return &k.word
+	}
+	return &set.s[i-1].word
+}
+
+// takeWord admits n from w's allowance if it holds n.
+func takeWord(w *atomic.Uint64, n int64) (left int64, ok bool) {
+	for {
+		v := w.Load()
+		a := allowanceOf(v)
+		if a < n {
+			return a, false
+		}
+		if w.CompareAndSwap(v, v-uint64(n)+uint64(n)<<32) {
+			return a - n, true
+		}
+	}
+}
+
+// stripeHints give each P a stripe of its own: a sync.Pool returns the
+// object a P put back to that P, so the cores admitting a hot key keep to
+// their own stripes' cache lines instead of passing every line between
+// them. Hints are dealt round-robin; with two stripes per P, two Ps
+// seldom share one.
+var (
+	stripeHints = sync.Pool{New: func() any { return &stripeHint{nextHint.Add(1)} }}
+	nextHint    atomic.Uint32
+)
+
+type stripeHint struct{ i uint32 }
+
+// takeStriped takes n from this P's stripe or, when it is short, from the
+// first of the others that holds n: striping refuses only what the whole
+// lease would. left estimates the key's whole allowance from the stripes'.
+func (k *keyState) takeStriped(set *stripeSet, n int64) (left int64, ok bool) {
+	h := stripeHints.Get().(*stripeHint)
+	c := uint32(len(set.s))
+	i := h.i % c
+	stripeHints.Put(h)
+	if left, ok = takeWord(&set.s[i].word, n); ok {
+		return left * int64(c), true
+	}
+	for j := uint32(1); j < c; j++ {
+		l, ok := takeWord(&set.s[(i+j)%c].word, n)
+		left += l
+		if ok {
+			return l * int64(c), true
+		}
+	}
+	return left, false
+}
+
+// spent is what the node has spent on the key, wrapping: every stripe's,
+// and what merged stripes had spent. Sync loop only.
+func (k *keyState) spent() uint32 {
+	s := spentOf(k.word.Load()) + k.folded
+	if set := k.stripes.Load(); set != nil {
+		for i := range set.s {
+			s += spentOf(set.s[i].word.Load())
+		}
+	}
+	return s
+}
+
+// allowance is what the node may still spend on the key, all stripes.
+func (k *keyState) allowance() int64 {
+	a := allowanceOf(k.word.Load())
+	if set := k.stripes.Load(); set != nil {
+		for i := range set.s {
+			a += allowanceOf(set.s[i].word.Load())
+		}
+	}
+	return a
+}
+
+// markSpent reads the key's spent for a sync, and each stripe's, from the same
+// loads. Sync loop only.
+func (k *keyState) markSpent() uint32 {
+	set := k.stripes.Load()
+	if set == nil {
+		return spentOf(k.word.Load()) + k.folded
+	}
+	total := k.folded
+	for i := range set.s0 {
+		s := spentOf(k.wordAt(set, i).Load())
+		set.s0[i] = s
+		total += s
+	}
+	return total
+}
+
+// grantStriped installs a lease over the stripes: what the key has spent
+// since the marks comes off it, and the rest is shared out in proportion
+// to what each stripe spent since (plus one, so that an idle stripe keeps
+// a little): the stripes of the Ps that admit the key get what the others
+// did not use. A stripe that spends between the two passes pays for it
+// from its own part.
+func (k *keyState) grantStriped(set *stripeSet, lease int64) {
+	words := len(set.s0)
+	now := make([]uint32, words) // a sync of a hot key; its allocation is noise
+	spent, weight := int64(0), int64(0)
+	for i := range words {
+		now[i] = spentOf(k.wordAt(set, i).Load())
+		d := int64(now[i] - set.s0[i])
+		spent += d
+		if i > 0 {
+			weight += d + 1
+		}
+	}
+	total := max(0, lease-spent)
+	given := int64(0)
+	for i := 1; i < words; i++ {
+		target := total * (int64(now[i]-set.s0[i]) + 1) / weight
+		if i == words-1 {
+			target = total - given // the rounding goes to the last
+		}
+		given += target
+		w := k.wordAt(set, i)
+		for {
+			v := w.Load()
+			a := max(0, min(target-int64(spentOf(v)-now[i]), maxAllowance))
+			if w.CompareAndSwap(v, v&^math.MaxUint32|uint64(a)) {
+				break
+			}
+		}
+	}
+	drain(&k.word) // what was given back to it goes with the new lease
+}
+
+// drain sets w's allowance to zero and returns what it held, and what w
+// has spent.
+func drain(w *atomic.Uint64) (allowance int64, spent uint32) {
+	for {
+		v := w.Load()
+		if w.CompareAndSwap(v, v&^math.MaxUint32) {
+			return allowanceOf(v), spentOf(v)
+		}
+	}
+}
+
+// addAllowance gives w n more to spend.
+func addAllowance(w *atomic.Uint64, n int64) {
+	for {
+		v := w.Load()
+		a := min(allowanceOf(v)+n, maxAllowance)
+		if w.CompareAndSwap(v, v&^math.MaxUint32|uint64(a)) {
+			return
+		}
+	}
+}
+
+// split stripes k over c words, moving its allowance to them evenly.
+// Sync loop only.
+func (k *keyState) split(c int) {
+	if c < 2 || k.stripes.Load() != nil {
+		return
+	}
+	set := &stripeSet{s: make([]stripe, c), s0: make([]uint32, c+1)}
+	k.stripes.Store(set)
+	a, _ := drain(&k.word)
+	per, rem := a/int64(c), a%int64(c)
+	for i := range set.s {
+		n := per
+		if int64(i) < rem {
+			n++
+		}
+		addAllowance(&set.s[i].word, n)
+	}
+}
+
+// merge folds k's stripes back into its word: their allowance moves to
+// it, and what they spent is kept in k.folded. Sync loop only.
+func (k *keyState) merge() {
+	set := k.stripes.Swap(nil)
+	if set == nil {
+		return
+	}
+	var back int64
+	for i := range set.s {
+		a, s := drain(&set.s[i].word)
+		back += a
+		k.folded += s
+	}
+	addAllowance(&k.word, back)
+}
+
+// stripe splits k once its forecast reaches Config.HotKeyRate, and merges
+// it back below half of it. Sync loop only.
+func (l *Limiter) stripe(k *keyState) {
+	hot := l.cfg.HotKeyRate
+	switch {
+	case hot < 0 || l.cfg.HotKeyStripes < 2:
+	case k.stripes.Load() == nil && k.rate >= hot:
+		k.split(l.cfg.HotKeyStripes)
+	case k.stripes.Load() != nil && k.rate < hot/2:
+		k.merge()
+	}
+}
+
+// HotKey is a key whose lease is striped because of its rate.
+type HotKey struct {
+	Key     string
+	Stripes int
+	Rate    float64 // requests per second offered to this node, forecast
+}
+
+// HotKeys returns the keys whose leases are striped now, busiest first.
+func (l *Limiter) HotKeys() []HotKey {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	var out []HotKey
+	l.keys.Range(func(_, v any) bool {
+		k := v.(*keyState)
+		if set := k.stripes.Load(); set != nil {
+			out = append(out, HotKey{k.key, set.count(), k.rate})
+		}
+		return true
+	})
+	slices.SortFunc(out, func(a, b HotKey) int { return cmp.Compare(b.Rate, a.Rate) })
+	return out
+}
