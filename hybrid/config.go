@@ -132,6 +132,9 @@ const (
 	// striped: where one atomic word starts to cost the cores that share
 	// it more than the stripes cost a sync.
 	DefaultHotKeyRate = 50_000
+	// DefaultHotKeyShards is how many Redis keys a hot Strict key is
+	// split into: a multiple of 2, 3, 4 and 6 masters.
+	DefaultHotKeyShards = 12
 )
 
 // Config describes a Limiter. The zero value of every optional field means
@@ -233,6 +236,13 @@ type Config struct {
 	// saves far more when cores do: see docs/hotkeys.md.
 	HotKeyStripes int
 
+	// HotKeyShards is how many Redis keys a hot Strict key is split
+	// into, each with its part of the limit, so that its round trips
+	// spread over a Redis Cluster's masters (a multiple of their number
+	// spreads them evenly). Default DefaultHotKeyShards; 1 never shards.
+	// A limit under 10 per shard is not sharded.
+	HotKeyShards int
+
 	// ManualSync, if set, starts no background goroutine: the caller
 	// drives every sync with SyncOnce, as tests and the simulator do, and
 	// runs the early syncs that keys ask for (EarlyWanted) with
@@ -317,6 +327,12 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	case c.HotKeyStripes < 0 || c.HotKeyStripes > 1024:
 		return c, fmt.Errorf("hybrid: Config.HotKeyStripes is %d; it must be between 1 and 1024 (or 0 for 2 × GOMAXPROCS)", c.HotKeyStripes)
+	}
+	switch {
+	case c.HotKeyShards == 0:
+		c.HotKeyShards = DefaultHotKeyShards
+	case c.HotKeyShards < 0 || c.HotKeyShards > 1024:
+		return c, fmt.Errorf("hybrid: Config.HotKeyShards is %d; it must be between 1 and 1024 (or 0 for the default %d)", c.HotKeyShards, DefaultHotKeyShards)
 	}
 	if c.Breaker.Failures == 0 {
 		c.Breaker.Failures = partition.DefaultFailures

@@ -44,6 +44,7 @@ type keyState struct {
 	resetAt        atomic.Int64 // when the fleet's bucket is full, on the Limiter's clock
 
 	stripes atomic.Pointer[stripeSet] // a hot key's lease stripes; nil if not striped
+	shards  atomic.Pointer[shardSet]  // a hot Strict key's Redis shards; nil if not sharded
 
 	key string
 	pol *policy
@@ -51,6 +52,8 @@ type keyState struct {
 	// Sync loop state.
 	reported [2]uint32 // spent as of the last report each fleet took
 	folded   uint32    // what merged-back stripes spent
+	hotAt    int64     // Strict: when the sketch last saw the key hot
+	hotRate  float64   // Strict: the rate it saw
 	granted  uint32    // spent when the last grant was installed
 	carry    float64   // the fraction of a token a ladder-capped lease left over
 	markIdx  int64     // the Window-long period mark was taken in

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/sketch"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
@@ -77,7 +78,8 @@ type Limiter struct {
 	keys  sync.Map // string -> *keyState
 	nkeys atomic.Int64
 
-	fleets    []*fleet // Syncer, then Failover if set
+	fleets    []*fleet         // Syncer, then Failover if set
+	hot       *sketch.Detector // samples Strict requests to find hot keys; nil if none can be
 	ladder    *partition.Ladder
 	health    health
 	degraded  atomic.Bool   // the last sync reached no fleet: decisions past the lease follow the FailMode
@@ -146,6 +148,14 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		l.byName[p.Name] = pol
 		l.policies = append(l.policies, pol)
+	}
+	if l.strict != nil && cfg.HotKeyRate > 0 && cfg.HotKeyShards > 1 {
+		for _, p := range l.policies {
+			if p.Mode == Strict {
+				l.hot = sketch.NewDetector(64, 16, cfg.HotKeyRate)
+				break
+			}
+		}
 	}
 	sort.SliceStable(l.policies, func(i, j int) bool { return len(l.policies[i].Prefix) > len(l.policies[j].Prefix) })
 	l.syncs.rng = rand.New(rand.NewPCG(uint64(l.mono), xxh3.HashString(cfg.Node)))
@@ -313,8 +323,17 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 		}
 		return l.failed(k, now, n), nil
 	}
+	if l.hot != nil {
+		l.hot.Observe(k.key)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.StrictTimeout)
-	g, err := l.strict.Allow(ctx, k.key, k.pol.limit, n)
+	var g global.Decision
+	var err error
+	if set := k.shards.Load(); set != nil {
+		g, err = l.decideSharded(ctx, k, set, n)
+	} else {
+		g, err = l.strict.Allow(ctx, k.key, k.pol.limit, n)
+	}
 	cancel()
 	if now == noTime {
 		now = l.now()

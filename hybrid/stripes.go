@@ -238,14 +238,16 @@ func (l *Limiter) stripe(k *keyState) {
 	}
 }
 
-// HotKey is a key whose lease is striped because of its rate.
+// HotKey is a key split because of its rate: a Hybrid key's lease into
+// Stripes on this node, or a Strict key into Shards in Redis.
 type HotKey struct {
 	Key     string
 	Stripes int
-	Rate    float64 // requests per second offered to this node, forecast
+	Shards  int
+	Rate    float64 // requests per second offered to this node, estimated
 }
 
-// HotKeys returns the keys whose leases are striped now, busiest first.
+// HotKeys returns the keys split now, busiest first.
 func (l *Limiter) HotKeys() []HotKey {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
@@ -253,10 +255,15 @@ func (l *Limiter) HotKeys() []HotKey {
 	l.keys.Range(func(_, v any) bool {
 		k := v.(*keyState)
 		if set := k.stripes.Load(); set != nil {
-			out = append(out, HotKey{k.key, set.count(), k.rate})
+			out = append(out, HotKey{Key: k.key, Stripes: set.count(), Rate: k.rate})
 		}
 		return true
 	})
+	for _, k := range l.syncs.sharded {
+		if set := k.shards.Load(); set != nil {
+			out = append(out, HotKey{Key: k.key, Shards: len(set.keys), Rate: k.hotRate})
+		}
+	}
 	slices.SortFunc(out, func(a, b HotKey) int { return cmp.Compare(b.Rate, a.Rate) })
 	return out
 }

@@ -23,6 +23,8 @@ type syncState struct {
 	marks     []mark
 	lastSweep int64
 	lastRoom  int64
+	lastHot   int64       // when the hot-key sketch was last read
+	sharded   []*keyState // Strict keys sharded in Redis
 }
 
 // mark is what a sync read from a key's counters when it started.
@@ -46,6 +48,7 @@ func (l *Limiter) SyncOnce(ctx context.Context) error {
 	defer l.syncMu.Unlock()
 	now := l.now()
 	l.nextSync.Store(now + int64(l.cfg.Interval))
+	l.shardHot(ctx, now)
 	return l.syncBatch(ctx, now, l.collect(now), regular)
 }
 

@@ -12,10 +12,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/hybridlimit/hybridlimit/internal/redisslot"
 )
 
 // Slots is the number of hash slots a Redis Cluster divides keys among.
-const Slots = 16384
+const Slots = redisslot.Slots
 
 // clusterTimeout bounds how long a new or restarted cluster may take to
 // agree on its state. It usually takes just over 2 s: the nodes agree
@@ -280,33 +282,6 @@ func (c *Cluster) FlushAll(tb testing.TB) {
 	}
 }
 
-// KeySlot returns the hash slot of key as Redis Cluster computes it: the
-// CRC16 of the key, or of its hash tag, modulo [Slots]. The hash tag is the
-// part between the first "{" and the first "}" after it, if not empty; keys
-// with the same tag share a slot, which multi-key operations need.
-func KeySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key)) % Slots
-}
-
-// crc16 is the CRC-16/XMODEM checksum Redis Cluster hashes keys with
-// (polynomial 0x1021, initial value 0). The bitwise form is slower than a
-// table but small, and fast enough for tests.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+// KeySlot returns the hash slot of key as Redis Cluster computes it; see
+// redisslot.Of.
+func KeySlot(key string) int { return redisslot.Of(key) }

@@ -20,6 +20,10 @@ type Detector struct {
 	ss *SpaceSaving
 }
 
+// minHits is how many sampled requests a key needs in an interval before
+// its rate is believed.
+const minHits = 4
+
 // HotKey is a key offered at Rate requests per second or more, as
 // estimated over the last interval.
 type HotKey struct {
@@ -50,7 +54,8 @@ func (d *Detector) Observe(key string) {
 // Hot returns the keys estimated at the threshold or above over the
 // interval that has just ended, heaviest first, and starts the next. A
 // key's estimate is its lower bound (count less error), so a key is not
-// called hot on the strength of what it inherited from evicted ones.
+// called hot on the strength of what it inherited from evicted ones, and
+// it needs at least minHits sampled requests.
 func (d *Detector) Hot(interval time.Duration) []HotKey {
 	d.mu.Lock()
 	top := d.ss.Top(d.ss.k)
@@ -62,6 +67,9 @@ func (d *Detector) Hot(interval time.Duration) []HotKey {
 	}
 	var out []HotKey
 	for _, it := range top {
+		if it.Count-it.Err < minHits*uint64(d.sample) {
+			continue // a sampled hit or two is noise, not a rate
+		}
 		if r := float64(it.Count-it.Err) / secs; r >= d.threshold {
 			out = append(out, HotKey{it.Key, r})
 		}

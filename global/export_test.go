@@ -1,0 +1,8 @@
+package global
+
+// RedisKeyForTest is the Redis key a Redis with prefix writes for key.
+func RedisKeyForTest(prefix, key, suffix string) string {
+	r := &Redis{cfg: RedisConfig{Prefix: prefix, MaxKeyLen: 1 << 20}}
+	k, _ := r.redisKey(key, suffix)
+	return k
+}

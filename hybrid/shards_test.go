@@ -1,0 +1,166 @@
+package hybrid_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// bucketStore is a Strict store in memory: a GCRA bucket per key name, as
+// Redis keeps one per key, on the test's clock. It counts calls per key.
+type bucketStore struct {
+	*scripted
+	clk   *clock.Manual
+	mu    sync.Mutex
+	lims  map[string]*local.Limiter
+	calls map[string]int
+}
+
+func (s *bucketStore) Allow(_ context.Context, key string, lim global.Limit, n int64) (global.Decision, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lims[key]
+	if l == nil {
+		var err error
+		l, err = local.New(local.Config{Limit: lim.Limit, Window: lim.Window, Burst: lim.Burst, Clock: s.clk})
+		if err != nil {
+			return global.Decision{}, err
+		}
+		s.lims[key] = l
+	}
+	s.calls[key]++
+	r, err := l.AllowN(key, int(n))
+	return global.Decision{Allowed: r.Allowed(), Remaining: r.Remaining, RetryAfter: r.RetryAfter}, err
+}
+
+func (s *bucketStore) shardCalls(key string) (own int, shards map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	shards = map[string]int{}
+	for k, n := range s.calls {
+		switch {
+		case k == key:
+			own += n
+		case strings.HasPrefix(k, key+"#"):
+			shards[k] += n
+		}
+	}
+	return own, shards
+}
+
+// TestStrictShards drives a Strict key hot: it is sharded, its decisions
+// spread evenly over the shards, the fleet admits what one key would
+// within 1% of its limit, and once cold it merges back with no burst.
+func TestStrictShards(t *testing.T) {
+	t.Parallel()
+	run := func(shards int) (admitted []int, store *bucketStore, l *hybrid.Limiter) {
+		clk := clock.NewManual(epoch)
+		store = &bucketStore{scripted: newScripted(0), clk: clk, lims: map[string]*local.Limiter{}, calls: map[string]int{}}
+		l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: store, ManualSync: true, Clock: clk,
+			HotKeyRate: 100, HotKeyShards: shards, Interval: 100 * time.Millisecond,
+			Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: 4000, Window: time.Second}}})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		for i := range 80 {
+			offered := 600 // 6,000/s against 4,000/s
+			if i >= 40 && i < 60 {
+				offered = 0 // cold: merges back
+			}
+			got := 0
+			for range offered {
+				clk.Advance(time.Millisecond / 6)
+				if d, err := l.Allow("k"); err == nil && d.Allowed() {
+					got++
+				}
+			}
+			admitted = append(admitted, got)
+			clk.Set(epoch.Add(time.Duration(i+1) * 100 * time.Millisecond))
+			require.NoError(t, l.SyncOnce(context.Background()))
+			if i == 10 && shards > 1 {
+				hot := l.HotKeys()
+				require.Len(t, hot, 1, "sharded by now")
+				assert.Equal(t, 4, hot[0].Shards)
+			}
+			if i == 59 && shards > 1 {
+				assert.Empty(t, l.HotKeys(), "merged back")
+			}
+		}
+		return admitted, store, l
+	}
+	single, _, _ := run(1)
+	sharded, store, _ := run(4)
+	sum := func(xs []int) (n int) {
+		for _, x := range xs {
+			n += x
+		}
+		return n
+	}
+	t.Logf("admitted over 8 s: one key %d, sharded %d (limit 4,000/s)", sum(single), sum(sharded))
+	assert.InDelta(t, sum(single), sum(sharded), 0.01*4000*8, "within 1%% of the limit over the run")
+
+	own, shards := store.shardCalls("k")
+	require.Len(t, shards, 4)
+	var calls []int
+	for _, n := range shards {
+		calls = append(calls, n)
+	}
+	for _, n := range calls {
+		assert.InDelta(t, calls[0], n, float64(calls[0])*0.1, "round-robin: even shards %v", calls)
+	}
+	assert.Positive(t, own, "the key's own bucket before and after")
+
+}
+
+// TestStrictShardMergeNoBurst merges a sharded key back while its quota
+// is still spent (a slow refill: 2,000 per 10 s): the key's own bucket,
+// idle while the shards served, must not hand out a fresh burst.
+func TestStrictShardMergeNoBurst(t *testing.T) {
+	t.Parallel()
+	run := func(shards int) int {
+		clk := clock.NewManual(epoch)
+		store := &bucketStore{scripted: newScripted(0), clk: clk, lims: map[string]*local.Limiter{}, calls: map[string]int{}}
+		l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: store, ManualSync: true, Clock: clk,
+			HotKeyRate: 100, HotKeyShards: shards, Interval: 100 * time.Millisecond,
+			Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: 2000, Window: 10 * time.Second}}})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		step := func(i, offered int) (got int) {
+			for range offered {
+				clk.Advance(100 * time.Millisecond / time.Duration(offered+1))
+				if d, err := l.Allow("k"); err == nil && d.Allowed() {
+					got++
+				}
+			}
+			clk.Set(epoch.Add(time.Duration(i+1) * 100 * time.Millisecond))
+			require.NoError(t, l.SyncOnce(context.Background()))
+			return got
+		}
+		i := 0
+		for ; i < 40; i++ {
+			step(i, 100) // 1,000/s: hot, and the quota is spent
+		}
+		if shards > 1 {
+			require.Len(t, l.HotKeys(), 1)
+		}
+		for ; i < 55; i++ {
+			step(i, 5) // 50/s: not hot; merges back after a second
+		}
+		if shards > 1 {
+			require.Empty(t, l.HotKeys(), "merged back")
+		}
+		return step(i, 1000) // a burst right after the merge
+	}
+	single, sharded := run(1), run(4)
+	t.Logf("a burst of 1,000 right after the merge: one key admits %d, the merged key %d", single, sharded)
+	assert.LessOrEqual(t, sharded, single+50, "the merged key's bucket holds what the shards had left, not a fresh burst")
+}
