@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -52,6 +54,9 @@ func TestFleetDemo(t *testing.T) {
 		assert.Positive(t, n.Admitted, n.Name)
 		assert.Positive(t, n.Refused, n.Name+": the hot tenant is offered 90/s against 40/s")
 		assert.Equal(t, n.Offered, n.Admitted+n.Refused)
+		if runtime.GOMAXPROCS(0) > 1 {
+			assert.Equal(t, []string{fmt.Sprintf("tenant:hot (%d stripes)", 2*runtime.GOMAXPROCS(0))}, n.HotKeys, n.Name+": the hot tenant is striped")
+		}
 	}
 	// Over 5 s the bucket's starting burst weighs: at most 40 on top of
 	// the rate, and some slack for a loaded machine.
