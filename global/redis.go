@@ -161,17 +161,23 @@ func (r *Redis) redisKey(key, suffix string) (string, error) {
 	b.Grow(len(r.cfg.Prefix) + len(key) + len(suffix) + 3)
 	b.WriteString(r.cfg.Prefix)
 	b.WriteByte('{')
+	writeTag(&b, key)
+	b.WriteString("}:")
+	b.WriteString(suffix)
+	return b.String(), nil
+}
+
+// writeTag writes key as a hash tag: the characters that would end or
+// open one, and the escape itself, as %XX.
+func writeTag(b *strings.Builder, key string) {
 	for i := 0; i < len(key); i++ {
 		switch c := key[i]; c {
 		case '{', '}', '%':
-			fmt.Fprintf(&b, "%%%02X", c)
+			fmt.Fprintf(b, "%%%02X", c)
 		default:
 			b.WriteByte(c)
 		}
 	}
-	b.WriteString("}:")
-	b.WriteString(suffix)
-	return b.String(), nil
 }
 
 // Sync reports req's usage and leases each key's next tokens, in one

@@ -17,14 +17,7 @@ import (
 func ShardKeys(key string, n int) []string {
 	n = max(n, 1)
 	var tag strings.Builder
-	for i := 0; i < len(key); i++ { // the escaping of redisKey
-		switch c := key[i]; c {
-		case '{', '}', '%':
-			tag.WriteString("%" + strings.ToUpper(strconv.FormatUint(uint64(c), 16)))
-		default:
-			tag.WriteByte(c)
-		}
-	}
+	writeTag(&tag, key) // as redisKey names it
 	base := tag.String() + "#"
 	out := make([]string, n)
 	for i := range out {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
@@ -18,23 +17,9 @@ import (
 // limiters starts a hybrid Limiter on each node of c.
 func limiters(t *testing.T, c *gossiptest.Cluster, interval time.Duration, shares global.Shares, p hybrid.Policy) []*hybrid.Limiter {
 	t.Helper()
-	out := make([]*hybrid.Limiter, len(c.Nodes))
-	for i, g := range c.Nodes {
-		l, err := hybrid.New(hybrid.Config{
-			Node: g.Name(), Policies: []hybrid.Policy{p}, Syncer: g,
-			Shares: shares, Interval: interval,
-		})
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			// A node still cut off when the test ends cannot hand back
-			// its leases; that is the only failure Close may report.
-			if err := l.Close(); err != nil {
-				assert.ErrorIs(t, err, global.ErrUnreachable)
-			}
-		})
-		out[i] = l
-	}
-	return out
+	return fleettest.Limiters(t, len(c.Nodes), func(i int) hybrid.Config {
+		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: c.Nodes[i], Shares: shares, Interval: interval}
+	})
 }
 
 // TestFleetAccuracy offers five Limiters syncing over gossip twice the

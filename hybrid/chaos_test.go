@@ -2,7 +2,6 @@ package hybrid_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -81,16 +80,10 @@ func TestRedisOutage(t *testing.T) {
 			proxy, err := faultnet.NewProxy(srv.Addr)
 			require.NoError(t, err)
 			t.Cleanup(func() { proxy.Close() })
-			fleet := make([]*hybrid.Limiter, nodes)
-			for i := range fleet {
-				l, err := hybrid.New(hybrid.Config{
-					Node: fmt.Sprintf("node-%d", i), Policies: []hybrid.Policy{api, count},
-					Syncer: redisVia(t, srv, proxy.Addr()), Interval: interval, Ladder: chaosLadder,
-				})
-				require.NoError(t, err)
-				t.Cleanup(func() { l.Close() })
-				fleet[i] = l
-			}
+			fleet := fleettest.Limiters(t, nodes, func(int) hybrid.Config {
+				return hybrid.Config{Policies: []hybrid.Policy{api, count},
+					Syncer: redisVia(t, srv, proxy.Addr()), Interval: interval, Ladder: chaosLadder}
+			})
 
 			var runs [2]*fleettest.Run
 			var wg sync.WaitGroup
@@ -222,16 +215,10 @@ func TestFailoverToGossip(t *testing.T) {
 	policy := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second}
 	srv := redistest.StartServer(t)
 	peers := gossiptest.Start(t, nodes, nil)
-	fleet := make([]*hybrid.Limiter, nodes)
-	for i := range fleet {
-		l, err := hybrid.New(hybrid.Config{
-			Node: peers.Nodes[i].Name(), Policies: []hybrid.Policy{policy}, Interval: interval,
-			Syncer: redisSyncer(t, srv), Failover: peers.Nodes[i], Ladder: chaosLadder,
-		})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = l.Close() }) // Redis is dead by then: only gossip hears the last report
-		fleet[i] = l
-	}
+	fleet := fleettest.Limiters(t, nodes, func(i int) hybrid.Config {
+		return hybrid.Config{Policies: []hybrid.Policy{policy}, Interval: interval,
+			Syncer: redisSyncer(t, srv), Failover: peers.Nodes[i], Ladder: chaosLadder}
+	})
 	go func() {
 		time.Sleep(cutAt)
 		srv.Kill()

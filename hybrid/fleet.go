@@ -21,6 +21,7 @@ type fleet struct {
 	mu     sync.Mutex // guards br: strict decisions report to it from any goroutine
 	br     *partition.Breaker
 	closed atomic.Bool // br is closed: strict decisions and early syncs may call
+	clean  atomic.Bool // br is closed with no failure counted: a success changes nothing
 
 	req global.Request // the sync loop's scratch, under Limiter.syncMu
 }
@@ -29,6 +30,7 @@ func newFleet(s global.Syncer, name string, cfg partition.BreakerConfig) *fleet 
 	br, _ := partition.NewBreaker(cfg) // validated by Config.withDefaults
 	f := &fleet{syncer: s, name: name, br: br}
 	f.closed.Store(true)
+	f.clean.Store(true)
 	return f
 }
 
@@ -46,14 +48,20 @@ func (f *fleet) allow(now time.Time, probe bool) bool {
 // result records a call's outcome. A mistake in the request is no sign
 // of an outage: the fleet answered.
 func (f *fleet) result(now time.Time, err error) {
+	ok := err == nil || errors.Is(err, global.ErrInvalid)
+	if ok && f.clean.Load() {
+		return // the common case, without the lock every Strict decision would share
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err == nil || errors.Is(err, global.ErrInvalid) {
+	if ok {
 		f.br.Success(now)
 	} else {
 		f.br.Failure(now)
 	}
-	f.closed.Store(f.br.State(now) == partition.Closed)
+	closed := f.br.State(now) == partition.Closed
+	f.closed.Store(closed)
+	f.clean.Store(closed && ok)
 }
 
 // errOpen is what a sync returns for a fleet it did not call.

@@ -73,8 +73,15 @@ type keyState struct {
 	share       float64 // Equal shares: tokens the node's share lets it lease
 	shareAt     int64   // when share was last refilled
 	nodes       int     // active nodes, from the last grant
-	synced      bool    // a grant has been received
 	lastSync    int64   // when the key was last synced
+}
+
+// resetFallback forgets k's fail-static bucket once the fleet answers
+// again, so that the next outage starts afresh.
+func (k *keyState) resetFallback() {
+	if k.fallback.Load() != 0 && k.fallback.Swap(0) != 0 {
+		k.pol.local.Delete(k.key)
+	}
 }
 
 // sizedBit marks keyState.fallback as sized; a factor's own sign bit is

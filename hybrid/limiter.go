@@ -338,12 +338,10 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 	if now == noTime {
 		now = l.now()
 	}
-	f.result(l.epoch.Add(time.Duration(now)), err)
+	f.result(l.wall(now), err)
 	switch {
 	case err == nil:
-		if k.fallback.Load() != 0 && k.fallback.Swap(0) != 0 {
-			k.pol.local.Delete(k.key) // the next outage starts afresh
-		}
+		k.resetFallback()
 		d := Decision{limit: k.pol.capacity, remaining: g.Remaining, retryAfter: g.RetryAfter, resetAfter: g.ResetAfter}
 		if g.RetryAfter < 0 {
 			d.retryAfter = Never

@@ -86,20 +86,25 @@ func (s *scripted) set(err error, nodes int) {
 
 var epoch = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
-// stepped returns a Limiter on a manual clock whose syncs the test drives.
-func stepped(t *testing.T, s global.Syncer, shares global.Shares, policies ...hybrid.Policy) (*hybrid.Limiter, *clock.Manual) {
+// manual returns a Limiter on a manual clock whose syncs the test drives,
+// with cfg's other fields as set (a 1000/s policy if none).
+func manual(t *testing.T, cfg hybrid.Config) (*hybrid.Limiter, *clock.Manual) {
 	t.Helper()
 	clk := clock.NewManual(epoch)
-	if len(policies) == 0 {
-		policies = []hybrid.Policy{{Name: "api", Limit: 1000, Window: time.Second}}
+	cfg.Node, cfg.Interval, cfg.ManualSync, cfg.Clock = "n1", 100*time.Millisecond, true, clk
+	if cfg.Policies == nil {
+		cfg.Policies = []hybrid.Policy{{Name: "api", Limit: 1000, Window: time.Second}}
 	}
-	l, err := hybrid.New(hybrid.Config{
-		Node: "n1", Policies: policies, Syncer: s, Shares: shares,
-		Interval: 100 * time.Millisecond, ManualSync: true, Clock: clk,
-	})
+	l, err := hybrid.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l, clk
+}
+
+// stepped is manual with a syncer, a share strategy and policies.
+func stepped(t *testing.T, s global.Syncer, shares global.Shares, policies ...hybrid.Policy) (*hybrid.Limiter, *clock.Manual) {
+	t.Helper()
+	return manual(t, hybrid.Config{Syncer: s, Shares: shares, Policies: policies})
 }
 
 func admit(t *testing.T, l *hybrid.Limiter, key string, n int) int {

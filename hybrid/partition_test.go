@@ -18,21 +18,6 @@ import (
 
 var errDown = fmt.Errorf("dial tcp: connection refused: %w", global.ErrUnreachable)
 
-// manual returns a Limiter on a manual clock over the given fleets, with
-// cfg's other fields as set.
-func manual(t *testing.T, cfg hybrid.Config) (*hybrid.Limiter, *clock.Manual) {
-	t.Helper()
-	clk := clock.NewManual(epoch)
-	cfg.Node, cfg.Interval, cfg.ManualSync, cfg.Clock = "n1", 100*time.Millisecond, true, clk
-	if cfg.Policies == nil {
-		cfg.Policies = []hybrid.Policy{{Name: "api", Limit: 1000, Window: time.Second}}
-	}
-	l, err := hybrid.New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-	return l, clk
-}
-
 // offer steps the clock through d in 10 ms steps, offering perStep
 // requests for key at each and syncing every 100 ms, and returns what was
 // admitted and how many admitted decisions were Degraded.

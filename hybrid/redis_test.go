@@ -28,17 +28,9 @@ func redisSyncer(tb testing.TB, s *redistest.Server) *global.Redis {
 // fleet starts n Limiters, each with its own Redis client, sharing s.
 func fleet(t *testing.T, s *redistest.Server, n int, shares global.Shares, p hybrid.Policy) []*hybrid.Limiter {
 	t.Helper()
-	nodes := make([]*hybrid.Limiter, n)
-	for i := range nodes {
-		l, err := hybrid.New(hybrid.Config{
-			Node: fmt.Sprintf("node-%d", i), Policies: []hybrid.Policy{p},
-			Syncer: redisSyncer(t, s), Shares: shares, Interval: 100 * time.Millisecond,
-		})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, l.Close()) })
-		nodes[i] = l
-	}
-	return nodes
+	return fleettest.Limiters(t, n, func(int) hybrid.Config {
+		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: redisSyncer(t, s), Shares: shares, Interval: 100 * time.Millisecond}
+	})
 }
 
 // TestFleetAccuracy offers four nodes sharing one real Redis twice the

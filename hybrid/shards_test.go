@@ -26,6 +26,10 @@ type bucketStore struct {
 	calls map[string]int
 }
 
+func newBucketStore() *bucketStore {
+	return &bucketStore{scripted: newScripted(0), lims: map[string]*local.Limiter{}, calls: map[string]int{}}
+}
+
 func (s *bucketStore) Allow(_ context.Context, key string, lim global.Limit, n int64) (global.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -63,14 +67,11 @@ func (s *bucketStore) shardCalls(key string) (own int, shards map[string]int) {
 // within 1% of its limit, and once cold it merges back with no burst.
 func TestStrictShards(t *testing.T) {
 	t.Parallel()
-	run := func(shards int) (admitted []int, store *bucketStore, l *hybrid.Limiter) {
-		clk := clock.NewManual(epoch)
-		store = &bucketStore{scripted: newScripted(0), clk: clk, lims: map[string]*local.Limiter{}, calls: map[string]int{}}
-		l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: store, ManualSync: true, Clock: clk,
-			HotKeyRate: 100, HotKeyShards: shards, Interval: 100 * time.Millisecond,
+	run := func(shards int) (admitted []int, store *bucketStore) {
+		store = newBucketStore()
+		l, clk := manual(t, hybrid.Config{Syncer: store, HotKeyRate: 100, HotKeyShards: shards,
 			Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: 4000, Window: time.Second}}})
-		require.NoError(t, err)
-		t.Cleanup(func() { l.Close() })
+		store.clk = clk
 		for i := range 80 {
 			offered := 600 // 6,000/s against 4,000/s
 			if i >= 40 && i < 60 {
@@ -95,10 +96,10 @@ func TestStrictShards(t *testing.T) {
 				assert.Empty(t, l.HotKeys(), "merged back")
 			}
 		}
-		return admitted, store, l
+		return admitted, store
 	}
-	single, _, _ := run(1)
-	sharded, store, _ := run(4)
+	single, _ := run(1)
+	sharded, store := run(4)
 	sum := func(xs []int) (n int) {
 		for _, x := range xs {
 			n += x
@@ -127,13 +128,10 @@ func TestStrictShards(t *testing.T) {
 func TestStrictShardMergeNoBurst(t *testing.T) {
 	t.Parallel()
 	run := func(shards int) int {
-		clk := clock.NewManual(epoch)
-		store := &bucketStore{scripted: newScripted(0), clk: clk, lims: map[string]*local.Limiter{}, calls: map[string]int{}}
-		l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: store, ManualSync: true, Clock: clk,
-			HotKeyRate: 100, HotKeyShards: shards, Interval: 100 * time.Millisecond,
+		store := newBucketStore()
+		l, clk := manual(t, hybrid.Config{Syncer: store, HotKeyRate: 100, HotKeyShards: shards,
 			Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: 2000, Window: 10 * time.Second}}})
-		require.NoError(t, err)
-		t.Cleanup(func() { l.Close() })
+		store.clk = clk
 		step := func(i, offered int) (got int) {
 			for range offered {
 				clk.Advance(100 * time.Millisecond / time.Duration(offered+1))

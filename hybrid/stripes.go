@@ -24,8 +24,9 @@ import (
 // between words when the key is split or merged back, never appears or
 // vanishes, so neither costs a burst nor a loss.
 type stripeSet struct {
-	s  []stripe // the stripes
-	s0 []uint32 // the sync loop's marks: spent of each word, 0 being the key's
+	s   []stripe // the stripes
+	s0  []uint32 // the sync loop's marks: spent of each word, 0 being the key's
+	now []uint32 // the sync loop's scratch for grantStriped, as s0
 }
 
 type stripe struct {
@@ -138,7 +139,7 @@ func (k *keyState) markSpent() uint32 {
 // from its own part.
 func (k *keyState) grantStriped(set *stripeSet, lease int64) {
 	words := len(set.s0)
-	now := make([]uint32, words) // a sync of a hot key; its allocation is noise
+	now := set.now
 	spent, weight := int64(0), int64(0)
 	for i := range words {
 		now[i] = spentOf(k.wordAt(set, i).Load())
@@ -196,7 +197,7 @@ func (k *keyState) split(c int) {
 	if c < 2 || k.stripes.Load() != nil {
 		return
 	}
-	set := &stripeSet{s: make([]stripe, c), s0: make([]uint32, c+1)}
+	set := &stripeSet{s: make([]stripe, c), s0: make([]uint32, c+1), now: make([]uint32, c+1)}
 	k.stripes.Store(set)
 	a, _ := drain(&k.word)
 	per, rem := a/int64(c), a%int64(c)

@@ -58,7 +58,7 @@ type syncKind int
 const (
 	regular syncKind = iota // every Interval: may probe an open breaker
 	early                   // a lease runs low: closed breakers only
-	closing                 // Close: hand leases back, closed breakers only
+	closing                 // Close: hand leases back; its last chance, so it may probe
 )
 
 // collect gathers the Hybrid keys to sync, and forgets Local and Strict
@@ -115,7 +115,7 @@ func (l *Limiter) makeRoom() bool {
 			k := v.(*keyState)
 			if k.pol.Mode != Hybrid {
 				l.sweepOther(k)
-			} else if k.allReported(len(l.fleets), k.spent()) && k.allowance() == 0 && k.synced && k.lease == 0 {
+			} else if k.allReported(len(l.fleets), k.spent()) && k.allowance() == 0 && k.hasGrant.Load() && k.lease == 0 {
 				l.forget(k)
 			}
 			return true
@@ -154,7 +154,7 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 	var chosen *global.Response
 	for _, i := range order[:len(l.fleets)] {
 		f := l.fleets[i]
-		if !f.allow(l.wall(now), how == regular) {
+		if !f.allow(l.wall(now), how != early) {
 			errs = append(errs, f.errOpen())
 			continue
 		}
@@ -203,6 +203,17 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 	return nil
 }
 
+// anyClosed reports whether some fleet's breaker is closed: an early sync
+// calls no other.
+func (l *Limiter) anyClosed() bool {
+	for _, f := range l.fleets {
+		if f.closed.Load() {
+			return true
+		}
+	}
+	return false
+}
+
 // wall converts the Limiter's time to a wall time, for the breakers.
 func (l *Limiter) wall(t int64) time.Time { return l.epoch.Add(time.Duration(t)) }
 
@@ -222,7 +233,7 @@ func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 	}
 	interval := float64(l.cfg.Interval)
 	sample := max(offered, 0) * 1e9 / max(float64(dt), interval/4)
-	if !k.synced {
+	if !k.hasGrant.Load() {
 		k.rate = max(k.rate, sample)
 		return
 	}
@@ -317,7 +328,7 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	if !closing {
 		l.stripe(k)
 	}
-	k.lease, k.expires, k.synced = lease, now+int64(g.TTL), true
+	k.lease, k.expires = lease, now+int64(g.TTL)
 	k.share -= float64(lease)
 	k.nodes = g.Nodes
 	k.weightBits.Store(math.Float64bits(g.Weight))
@@ -332,9 +343,7 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 		low = max(1, lease/4)
 	}
 	k.low.Store(low)
-	if k.fallback.Load() != 0 && k.fallback.Swap(0) != 0 {
-		k.pol.local.Delete(k.key) // the next outage starts afresh
-	}
+	k.resetFallback()
 	if !closing && k.idle && lease == 0 && k.spent() == m.s0 && k.allReported(len(l.fleets), m.s0) {
 		l.forget(k)
 	}
@@ -361,7 +370,7 @@ func (l *Limiter) unreached(now int64, batch []*keyState) {
 	l.degraded.Store(true)
 	for _, k := range batch {
 		k.early.Store(false)
-		if k.synced && now > k.expires {
+		if k.hasGrant.Load() && now > k.expires {
 			k.zero()
 		}
 	}
@@ -407,9 +416,8 @@ func (l *Limiter) jittered() int64 {
 // shorter, so that a key whose demand outruns every forecast cannot flood
 // the fleet: the loop waits out the rest of the gap first.
 func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
-	gap := min(int64(l.cfg.Interval)/4, int64(10*time.Millisecond))
 	l.syncMu.Lock()
-	wait := gap - (l.now() - k.lastSync)
+	wait := l.earlyGap() - (l.now() - k.lastSync)
 	l.syncMu.Unlock()
 	if wait > 0 {
 		t := l.clk.NewTimer(time.Duration(wait))
@@ -425,6 +433,10 @@ func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
 	_ = l.earlyBatch(ctx, k)
 }
 
+// earlyGap is the least time between two syncs of a key: a quarter
+// interval or 10 ms, whichever is shorter.
+func (l *Limiter) earlyGap() int64 { return min(int64(l.cfg.Interval)/4, int64(10*time.Millisecond)) }
+
 // SyncEarly syncs at once the keys that asked for an early sync, except
 // those synced less than a quarter interval (or 10 ms) ago, which may ask
 // again. The background loop does this by itself; with Config.ManualSync
@@ -438,7 +450,7 @@ func (l *Limiter) SyncEarly(ctx context.Context) error {
 // earlyBatch syncs first, if not nil, and the other keys waiting for an
 // early sync. syncMu is held.
 func (l *Limiter) earlyBatch(ctx context.Context, first *keyState) error {
-	gap := min(int64(l.cfg.Interval)/4, int64(10*time.Millisecond))
+	gap := l.earlyGap()
 	now := l.now()
 	batch := l.syncs.batch[:0]
 	add := func(k *keyState) {
@@ -463,7 +475,7 @@ func (l *Limiter) earlyBatch(ctx context.Context, first *keyState) error {
 		}
 	}
 	l.syncs.batch = batch
-	if len(l.fleets) == 0 || l.degraded.Load() || !l.fleets[0].closed.Load() && !l.fleets[len(l.fleets)-1].closed.Load() {
+	if l.degraded.Load() || !l.anyClosed() {
 		for _, k := range batch {
 			k.early.Store(false)
 		}

@@ -37,8 +37,9 @@ type LadderConfig struct {
 //
 // A Ladder is immutable and safe for concurrent use.
 type Ladder struct {
-	steps []Step
-	floor float64
+	steps     []Step
+	floor     float64
+	emergency time.Duration // how long after the cut the first factor below 1 takes force
 }
 
 // NewLadder returns a Ladder, or an error naming the first field of cfg
@@ -64,24 +65,28 @@ func NewLadder(cfg LadderConfig) (*Ladder, error) {
 			return nil, fmt.Errorf("partition: LadderConfig.Steps[%d].Until is %v; it must be after step %d's %v", i, s.Until, i-1, steps[i-1].Until)
 		}
 	}
-	return &Ladder{steps: append([]Step(nil), steps...), floor: cfg.Floor}, nil
+	l := &Ladder{steps: append([]Step(nil), steps...), floor: cfg.Floor}
+	// Emergency begins where the first factor below 1 takes force.
+	for k, s := range l.steps {
+		if max(s.Factor, l.floor) < 1 {
+			if k > 0 {
+				l.emergency = l.steps[k-1].Until
+			}
+			break
+		}
+	}
+	return l, nil
 }
 
 // Factor is the part of its last known share a node may spend when the
 // fleet was last reached cut ago.
 func (l *Ladder) Factor(cut time.Duration) float64 {
-	f, _ := l.step(cut)
-	return f
-}
-
-// step returns the factor in force after cut, and which step it is.
-func (l *Ladder) step(cut time.Duration) (float64, int) {
-	for i, s := range l.steps {
+	for _, s := range l.steps {
 		if s.Until == 0 || cut < s.Until {
-			return max(s.Factor, l.floor), i
+			return max(s.Factor, l.floor)
 		}
 	}
-	return l.floor, len(l.steps) // not reached: the last step lasts for ever
+	return l.floor // not reached: the last step lasts for ever
 }
 
 // Level is how healthy a node's link to its fleet is.
@@ -126,19 +131,9 @@ func (l *Ladder) Health(cut, healthy time.Duration) Health {
 	if cut <= 0 {
 		return Health{Level: Healthy, Since: max(0, healthy), Factor: 1}
 	}
-	f, _ := l.step(cut)
+	f := l.Factor(cut)
 	if f >= 1 {
 		return Health{Level: Degraded, Since: cut, Factor: f}
 	}
-	// Emergency began where the first factor below 1 took force.
-	start := time.Duration(0)
-	for k, s := range l.steps {
-		if max(s.Factor, l.floor) < 1 {
-			if k > 0 {
-				start = l.steps[k-1].Until
-			}
-			break
-		}
-	}
-	return Health{Level: Emergency, Since: max(0, cut-start), Factor: f}
+	return Health{Level: Emergency, Since: max(0, cut-l.emergency), Factor: f}
 }

@@ -2,7 +2,6 @@ package sim_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -31,15 +30,11 @@ func TestReality(t *testing.T) {
 	)
 	policy := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second}
 	srv := redistest.StartServer(t)
-	fleet := make([]*hybrid.Limiter, nodes)
-	for i := range fleet {
+	fleet := fleettest.Limiters(t, nodes, func(int) hybrid.Config {
 		r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: srv.DeadlineClient(t)})
 		require.NoError(t, err)
-		l, err := hybrid.New(hybrid.Config{Node: fmt.Sprintf("node-%d", i), Policies: []hybrid.Policy{policy}, Syncer: r, Interval: interval})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, l.Close()) })
-		fleet[i] = l
-	}
+		return hybrid.Config{Policies: []hybrid.Policy{policy}, Syncer: r, Interval: interval}
+	})
 	real := fleettest.Drive(t, fleet, "k", []float64{rate, rate, rate, rate}, run)
 	realOver, realFalse := real.Versus(real.IdealRun(t, policy), time.Second)
 

@@ -5,6 +5,8 @@
 package fleettest
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,10 +15,38 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/partition"
 )
+
+// Limiters starts n Limiters, node i with the Config cfg(i) returns
+// (named node-1 … node-n unless it names itself), and closes them when
+// the test ends. Close must succeed, except that a node cut off from its
+// fleet (not Healthy) cannot hand back its leases and may report
+// global.ErrUnreachable.
+func Limiters(t testing.TB, n int, cfg func(i int) hybrid.Config) []*hybrid.Limiter {
+	t.Helper()
+	out := make([]*hybrid.Limiter, n)
+	for i := range out {
+		c := cfg(i)
+		if c.Node == "" {
+			c.Node = fmt.Sprintf("node-%d", i+1)
+		}
+		l, err := hybrid.New(c)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			cut := l.Health().Level != partition.Healthy
+			if err := l.Close(); err != nil && !(cut && errors.Is(err, global.ErrUnreachable)) {
+				t.Errorf("closing %s: %v", c.Node, err)
+			}
+		})
+		out[i] = l
+	}
+	return out
+}
 
 // Run is a fleet of Limiters offered load for a while: what each node was
 // offered and admitted, in nanoseconds since the start.
