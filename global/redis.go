@@ -183,14 +183,11 @@ func writeTag(b *strings.Builder, key string) {
 // Sync reports req's usage and leases each key's next tokens, in one
 // pipelined round trip per Redis node.
 func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
-	if req.Node == "" {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if req.Node == "" { // the node's lease and demand are kept under its name
 		return nil, fmt.Errorf("%w: Request.Node is empty", ErrInvalid)
-	}
-	if req.Interval <= 0 {
-		return nil, fmt.Errorf("%w: Request.Interval is %v; it must be positive", ErrInvalid, req.Interval)
-	}
-	if req.Shares != DemandWeighted && req.Shares != Equal {
-		return nil, fmt.Errorf("%w: Request.Shares %d is not a known strategy", ErrInvalid, int(req.Shares))
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()

@@ -104,6 +104,21 @@ type Request struct {
 	Keys []Usage
 }
 
+// Validate reports, wrapping ErrInvalid, what makes r unusable by any
+// Syncer: nil, a non-positive Interval, an unknown Shares. (Keys are
+// checked one by one, each failing its own Grant.)
+func (r *Request) Validate() error {
+	switch {
+	case r == nil:
+		return fmt.Errorf("%w: nil Request", ErrInvalid)
+	case r.Interval <= 0:
+		return fmt.Errorf("%w: Request.Interval is %v; it must be positive", ErrInvalid, r.Interval)
+	case r.Shares != DemandWeighted && r.Shares != Equal:
+		return fmt.Errorf("%w: Request.Shares %d is not a known strategy", ErrInvalid, int(r.Shares))
+	}
+	return nil
+}
+
 // Shares is how a contended budget is split between nodes.
 type Shares int
 

@@ -25,7 +25,7 @@ const (
 	DefaultTCPTimeout      = 2 * time.Second
 	DefaultMaxKeys         = 100_000
 	DefaultMaxPeers        = 1024
-	DefaultMaxSnapshotKeys = 10_000
+	DefaultMaxSnapshotKeys = maxSnapshotKeys
 )
 
 // maxSnapshotKeys keeps a push/pull snapshot under the decoder's size cap.

@@ -10,20 +10,19 @@ import (
 )
 
 // A Core is one node's view of the fleet with no network: the per-key
-// counters, leases and shares that a Gossip keeps in step over
-// memberlist, for callers that carry the bytes themselves. The simulator
-// (package sim) runs Cores over its simulated network, so that what it
-// measures is this package's own arithmetic.
+// counters, leases and shares. A Gossip runs one over memberlist; callers
+// that carry the bytes themselves, as the simulator (package sim) does
+// over its simulated network, run one directly, so that what they
+// measure is this package's own arithmetic.
 //
 // The caller tells a Core who its peers are (Join, Leave), hands it the
 // messages its peers sent (Receive), and sends the ones it returns
 // (Updates). Times come from the caller. A Core is not safe for
 // concurrent use.
 type Core struct {
-	tab  *table
-	name string
-	inc  uint64
-	enc  encoder
+	tab *table
+	enc encoder
+	msg message // Receive's, reused
 }
 
 // An Update is one key's entry, encoded for the wire. A newer Update with
@@ -34,20 +33,29 @@ type Update struct {
 	Msg  []byte
 }
 
-// NewCore returns the state of node name. Of cfg, only Grace, MaxKeys
-// and MaxPeers apply; inc tells this incarnation of the node from earlier
-// ones (a Gossip uses its start time).
+// NewCore returns the state of node name, which must not be empty. Of
+// cfg, only Grace, MaxKeys and MaxPeers apply; inc tells this
+// incarnation of the node from earlier ones (a Gossip uses its start
+// time).
 func NewCore(name string, inc uint64, cfg Config) (*Core, error) {
+	if name == "" {
+		return nil, fmt.Errorf("gossip: NewCore: the name is empty; peers refuse messages from a node without one")
+	}
 	cfg.Name = name
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	return &Core{tab: newTable(name, inc, &cfg), name: name, inc: inc}, nil
+	return newCore(&cfg, inc), nil
+}
+
+// newCore returns the state of node cfg.Name for a validated cfg.
+func newCore(cfg *Config, inc uint64) *Core {
+	return &Core{tab: newTable(cfg.Name, inc, cfg)}
 }
 
 // Name is the node's name.
-func (c *Core) Name() string { return c.name }
+func (c *Core) Name() string { return c.tab.self.name }
 
 func instantOf(now time.Time) instant {
 	return instant{mono: now.UnixNano(), wall: now.UnixNano()}
@@ -63,14 +71,19 @@ func (c *Core) Leave(peer string, now time.Time) { c.tab.leave(peer, instantOf(n
 // Sync is Gossip.Sync on this Core at now: it fails with ErrUnreachable
 // when no peer is live although some did not leave.
 func (c *Core) Sync(req *global.Request, now time.Time) (*global.Response, error) {
-	if err := checkRequest(req); err != nil {
+	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	at := instantOf(now)
-	if c.tab.alone(at) {
+	return c.sync(req, instantOf(now))
+}
+
+// sync grants a valid request.
+func (c *Core) sync(req *global.Request, at instant) (*global.Response, error) {
+	live, known, split := c.tab.view(at)
+	if live == 1 && known > 1 { // alone
 		return nil, fmt.Errorf("gossip: no peer reachable: %w", global.ErrUnreachable)
 	}
-	return c.tab.syncAll(req, at), nil
+	return c.tab.syncAll(req, at, split), nil
 }
 
 // Updates returns this node's entries that changed since they were last
@@ -78,13 +91,18 @@ func (c *Core) Sync(req *global.Request, now time.Time) (*global.Response, error
 func (c *Core) Updates(now time.Time) []Update {
 	var out []Update
 	c.tab.pending(instantOf(now), func(k *key) {
-		c.enc.header(kindUpdate)
-		c.enc.section(c.name, c.inc)
-		c.enc.entry(&k.own)
-		out = append(out, Update{Name: keyName(k.hash), Msg: append([]byte(nil), c.enc.finish()...)})
+		out = append(out, Update{Name: keyName(k.hash), Msg: c.encode(k)})
 	})
 	slices.SortFunc(out, func(a, b Update) int { return strings.Compare(a.Name, b.Name) }) // the table is a map
 	return out
+}
+
+// encode returns k's own entry as a one-key update message.
+func (c *Core) encode(k *key) []byte {
+	c.enc.header(kindUpdate)
+	c.enc.section(c.tab.self.name, c.tab.self.inc)
+	c.enc.entry(&k.own)
+	return append([]byte(nil), c.enc.finish()...)
 }
 
 // Farewell returns the message a node sends its peers when it leaves on
@@ -92,18 +110,19 @@ func (c *Core) Updates(now time.Time) []Update {
 func (c *Core) Farewell() []byte {
 	var w encoder
 	w.header(kindLeave)
-	w.section(c.name, c.inc)
+	w.section(c.tab.self.name, c.tab.self.inc)
 	return w.finish()
 }
 
 // Receive merges a message a peer sent. A malformed one is refused with an
 // error and changes nothing.
-func (c *Core) Receive(msg []byte, now time.Time) error {
-	var m message
-	if err := m.decode(msg); err != nil {
+func (c *Core) Receive(msg []byte, now time.Time) error { return c.receive(msg, instantOf(now)) }
+
+func (c *Core) receive(msg []byte, at instant) error {
+	if err := c.msg.decode(msg); err != nil {
 		return err
 	}
-	c.tab.merge(&m, instantOf(now))
+	c.tab.merge(&c.msg, at)
 	return nil
 }
 

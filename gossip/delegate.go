@@ -44,7 +44,7 @@ func (d *delegate) LocalState(join bool) []byte {
 	g.lock()
 	defer g.mu.Unlock()
 	var w encoder
-	return g.tab.snapshot(&w, g.cfg.MaxSnapshotKeys, now)
+	return g.core.tab.snapshot(&w, g.cfg.MaxSnapshotKeys, now)
 }
 
 // MergeRemoteState merges a peer's push/pull snapshot.
@@ -52,8 +52,11 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	if len(buf) == 0 {
 		return
 	}
-	var m message
-	(*Gossip)(d).receive(&m, buf)
+	g := (*Gossip)(d)
+	now := g.now()
+	g.lock()
+	g.receive(buf, now)
+	g.mu.Unlock()
 }
 
 // events is the Gossip as memberlist's EventDelegate.
@@ -66,7 +69,7 @@ var _ memberlist.EventDelegate = (*events)(nil)
 func (e *events) push(ev event, n *memberlist.Node) {
 	e.evMu.Lock()
 	defer e.evMu.Unlock()
-	if n.Name == e.name {
+	if n.Name == e.cfg.Name {
 		return
 	}
 	e.events = append(e.events, ev)
@@ -117,7 +120,7 @@ type Stats struct {
 }
 
 type counters struct {
-	received, malformed, inboxDropped, refused      atomic.Uint64
+	received, malformed, inboxDropped               atomic.Uint64
 	queued, streamed, streamFailures, outboxDropped atomic.Uint64
 	joins, joinFailures                             atomic.Uint64
 }
@@ -127,13 +130,13 @@ func (g *Gossip) Stats() Stats {
 	s := &g.stats
 	st := Stats{
 		Received: s.received.Load(), Malformed: s.malformed.Load(),
-		InboxDropped: s.inboxDropped.Load(), Refused: s.refused.Load(),
-		Queued: s.queued.Load(), Streamed: s.streamed.Load(),
+		InboxDropped: s.inboxDropped.Load(),
+		Queued:       s.queued.Load(), Streamed: s.streamed.Load(),
 		StreamFailures: s.streamFailures.Load(), OutboxDropped: s.outboxDropped.Load(),
 		Joins: s.joins.Load(), JoinFailures: s.joinFailures.Load(),
 	}
 	g.lock()
-	st.Keys, st.Peers = len(g.tab.keys), len(g.tab.peers)-1
+	st.Keys, st.Peers, st.Refused = len(g.core.tab.keys), len(g.core.tab.peers)-1, g.core.tab.dropped
 	g.mu.Unlock()
 	return st
 }

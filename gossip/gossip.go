@@ -35,14 +35,11 @@ type Gossip struct {
 	clk   clock.Clock
 	ml    *memberlist.Memberlist
 	queue *memberlist.TransmitLimitedQueue
-	name  string
-	inc   uint64
 	nodes atomic.Int64 // live members, self included, kept by the event delegate
 	every atomic.Int64 // the caller's sync interval, from the last Sync
 
-	mu     sync.Mutex // guards tab, enc, joined
-	tab    *table
-	enc    encoder
+	mu     sync.Mutex // guards core, joined
+	core   *Core
 	joined bool // a peer has been a member at some point
 
 	evMu    sync.Mutex
@@ -88,14 +85,12 @@ func New(cfg Config) (*Gossip, error) {
 	g := &Gossip{
 		cfg:    cfg,
 		clk:    cfg.Clock,
-		name:   cfg.Name,
-		inc:    uint64(max(cfg.Clock.Now().UnixNano(), 1)),
 		inbox:  make(chan []byte, inboxSize),
 		outbox: make(chan []byte, outboxSize),
 
 		members: make(map[string]memberlist.Node),
 	}
-	g.tab = newTable(g.name, g.inc, &cfg)
+	g.core = newCore(&cfg, uint64(max(cfg.Clock.Now().UnixNano(), 1)))
 	g.nodes.Store(1)
 	g.every.Store(int64(100 * time.Millisecond))
 	g.queue = &memberlist.TransmitLimitedQueue{
@@ -162,7 +157,7 @@ func New(cfg Config) (*Gossip, error) {
 }
 
 // Name returns the node's name in the fleet.
-func (g *Gossip) Name() string { return g.name }
+func (g *Gossip) Name() string { return g.cfg.Name }
 
 // Addr returns the host:port peers reach this node at: the one to list in
 // other nodes' Seeds.
@@ -179,7 +174,7 @@ type Member struct {
 func (g *Gossip) Members() []Member {
 	nodes := g.peers()
 	out := make([]Member, 0, len(nodes)+1)
-	out = append(out, Member{Name: g.name, Addr: g.addr})
+	out = append(out, Member{Name: g.cfg.Name, Addr: g.addr})
 	for _, n := range nodes {
 		out = append(out, Member{Name: n.Name, Addr: n.Address()})
 	}
@@ -227,7 +222,7 @@ var errClosed = fmt.Errorf("gossip: closed: %w", global.ErrUnreachable)
 // not leave, or none of the Seeds has answered yet. The caller should
 // then limit on its own and report the consumption again later.
 func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Response, error) {
-	if err := checkRequest(req); err != nil {
+	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	if g.closed.Load() {
@@ -240,25 +235,15 @@ func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Respons
 	now := g.now()
 	g.lock()
 	defer g.mu.Unlock()
-	if g.tab.alone(now) || (len(g.cfg.Seeds) > 0 && !g.joined) {
-		return nil, fmt.Errorf("gossip: no peer reachable: %w", global.ErrUnreachable)
+	if len(g.cfg.Seeds) > 0 && !g.joined {
+		return nil, fmt.Errorf("gossip: no seed has answered yet: %w", global.ErrUnreachable)
 	}
-	resp := g.tab.syncAll(req, now)
-	g.flush(now, req.Interval)
+	resp, err := g.core.sync(req, now)
+	if err != nil {
+		return nil, err
+	}
+	g.flush(now, req.Interval, false)
 	return resp, nil
-}
-
-// checkRequest reports what is wrong with req, if anything.
-func checkRequest(req *global.Request) error {
-	switch {
-	case req == nil:
-		return fmt.Errorf("%w: gossip: nil request", global.ErrInvalid)
-	case req.Interval <= 0:
-		return fmt.Errorf("%w: gossip: Request.Interval is %v; it must be positive", global.ErrInvalid, req.Interval)
-	case req.Shares != global.DemandWeighted && req.Shares != global.Equal:
-		return fmt.Errorf("%w: gossip: Request.Shares %d is not a known strategy", global.ErrInvalid, int(req.Shares))
-	}
-	return nil
 }
 
 // lock takes mu and applies the membership events that came in since.
@@ -276,13 +261,11 @@ func (g *Gossip) lock() {
 	}
 	now := g.now()
 	for _, e := range evs {
-		if e.join {
-			g.tab.join(e.name, e.addr)
-			if e.name != g.name {
-				g.joined = true
-			}
+		if e.join { // events about this node never get here
+			g.core.tab.join(e.name, e.addr)
+			g.joined = true
 		} else {
-			g.tab.leave(e.name, now)
+			g.core.tab.leave(e.name, now)
 		}
 	}
 }
@@ -298,7 +281,7 @@ func (g *Gossip) now() instant {
 func (g *Gossip) budget(interval time.Duration) int {
 	rounds := max(1, int(interval/g.cfg.GossipInterval))
 	packet := 1400 - 2 - len(g.cfg.Label) - 2 - 64 // header, label, encryption
-	per := packet / (updateOverhead + len(g.name))
+	per := packet / (updateOverhead + len(g.cfg.Name))
 	n := int(g.nodes.Load())
 	transmits := g.cfg.RetransmitMult * int(math.Ceil(math.Log10(float64(n+1))))
 	return rounds * g.cfg.GossipNodes * per / max(1, transmits)
@@ -310,25 +293,26 @@ func (g *Gossip) budget(interval time.Duration) int {
 // compound-message framing.
 const updateOverhead = headerLen + 3 + 1 + 10 + 3 + 48 + 3
 
-// flush queues this node's changed entries: as many as gossip can carry
-// through the transmit-limited queue, one message per key so that a newer
-// update replaces an older one still queued, and the rest as stream
-// batches to every member. mu is held.
-func (g *Gossip) flush(now instant, interval time.Duration) {
+// flush queues this node's changed entries (and, with all, those due to
+// be sent again): as many as gossip can carry through the
+// transmit-limited queue, one message per key so that a newer update
+// replaces an older one still queued, and the rest as stream batches to
+// every member. mu is held.
+func (g *Gossip) flush(now instant, interval time.Duration, all bool) {
 	budget := g.budget(interval)
 	var over batcher
-	g.tab.pending(now, func(k *key) {
+	each := g.core.tab.flushChanged
+	if all {
+		each = g.core.tab.pending
+	}
+	each(now, func(k *key) {
 		if budget > 0 {
 			budget--
-			g.enc.header(kindUpdate)
-			g.enc.section(g.name, g.inc)
-			g.enc.entry(&k.own)
-			msg := append([]byte(nil), g.enc.finish()...)
-			g.queue.QueueBroadcast(&update{name: keyName(k.hash), msg: msg})
+			g.queue.QueueBroadcast(&update{name: keyName(k.hash), msg: g.core.encode(k)})
 			g.stats.queued.Add(1)
 			return
 		}
-		over.add(g.name, g.inc, &k.own)
+		over.add(g.core, &k.own)
 	})
 	for _, msg := range over.done() {
 		g.post(msg)
@@ -342,10 +326,10 @@ type batcher struct {
 	msgs [][]byte
 }
 
-func (b *batcher) add(name string, inc uint64, e *entry) {
+func (b *batcher) add(c *Core, e *entry) {
 	if len(b.w.b) == 0 {
 		b.w.header(kindUpdate)
-		b.w.section(name, inc)
+		b.w.section(c.tab.self.name, c.tab.self.inc)
 	}
 	b.w.entry(e)
 	if len(b.w.b) >= maxBatch {
@@ -403,7 +387,6 @@ const tick = refresh / 4
 // syncs, and collects garbage.
 func (g *Gossip) mergeLoop(ctx context.Context) {
 	defer g.wg.Done()
-	var m message
 	t := g.clk.NewTimer(tick)
 	defer func() { t.Stop() }()
 	for n := 1; ; n++ {
@@ -411,13 +394,26 @@ func (g *Gossip) mergeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case b := <-g.inbox:
-			g.receive(&m, b)
+			// What queued up meanwhile is merged under the same lock and
+			// clock reading.
+			now := g.now()
+			g.lock()
+			g.receive(b, now)
+			for more := true; more; {
+				select {
+				case b := <-g.inbox:
+					g.receive(b, now)
+				default:
+					more = false
+				}
+			}
+			g.mu.Unlock()
 		case <-t.C():
 			now := g.now()
 			g.lock()
-			g.flush(now, time.Duration(g.every.Load()))
+			g.flush(now, time.Duration(g.every.Load()), true)
 			if n%4 == 0 {
-				g.tab.gc(now)
+				g.core.tab.gc(now)
 			}
 			g.mu.Unlock()
 			t = g.clk.NewTimer(tick)
@@ -425,18 +421,12 @@ func (g *Gossip) mergeLoop(ctx context.Context) {
 	}
 }
 
-// receive decodes and merges one message.
-func (g *Gossip) receive(m *message, b []byte) {
+// receive decodes and merges one message. mu is held.
+func (g *Gossip) receive(b []byte, now instant) {
 	g.stats.received.Add(1)
-	if err := m.decode(b); err != nil {
+	if err := g.core.receive(b, now); err != nil {
 		g.stats.malformed.Add(1)
-		return
 	}
-	now := g.now()
-	g.lock()
-	g.tab.merge(m, now)
-	g.stats.refused.Store(g.tab.dropped)
-	g.mu.Unlock()
 }
 
 // sendLoop sends stream batches to every other live member.
@@ -503,8 +493,9 @@ func (g *Gossip) missing() []string {
 	now := g.now()
 	g.lock()
 	defer g.mu.Unlock()
-	for _, p := range g.tab.peers {
-		if p != g.tab.self && !p.alive && !p.left && p.addr != "" && !live[p.addr] && now.mono-p.downAt <= g.tab.forget {
+	tab := g.core.tab
+	for _, p := range tab.peers {
+		if p != tab.self && !p.alive && !p.left && p.addr != "" && !live[p.addr] && now.mono-p.downAt <= tab.forget {
 			out = append(out, p.addr)
 		}
 	}
@@ -522,17 +513,13 @@ func (g *Gossip) Close() error {
 		now := g.now()
 		g.lock()
 		var last batcher
-		for _, k := range g.tab.keys {
-			if g.tab.inUse(k, now) {
-				last.add(g.name, g.inc, &k.own)
+		for _, k := range g.core.tab.keys {
+			if g.core.tab.inUse(k, now) {
+				last.add(g.core, &k.own)
 			}
 		}
+		msgs := append(last.done(), g.core.Farewell())
 		g.mu.Unlock()
-		msgs := last.done()
-		var bye encoder
-		bye.header(kindLeave)
-		bye.section(g.name, g.inc)
-		msgs = append(msgs, bye.finish())
 		for _, m := range msgs {
 			g.sendAll(m)
 		}

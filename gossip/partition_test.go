@@ -1,6 +1,11 @@
 package gossip_test
 
 import (
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -50,6 +55,10 @@ func TestPartitionKeepsShares(t *testing.T) {
 	assert.LessOrEqual(t, a, 600*1.1, "{1,2,3} within its reserved share")
 	assert.LessOrEqual(t, b, 400*1.1, "{4,5} within its reserved share")
 	assert.GreaterOrEqual(t, a+b, limit*0.8, "the sides keep serving their shares")
+	// Unsplit, the fleet would admit the same: these shares mean something
+	// only if the cut was in force both ways.
+	assert.Positive(t, c.Transports[0].Dropped(), "{1,2,3} lost traffic to the cut")
+	assert.Positive(t, c.Transports[3].Dropped(), "{4,5} lost traffic to the cut")
 }
 
 // TestPartitionLadder splits a loaded fleet {1,2,3} | {4,5} and holds the
@@ -243,35 +252,74 @@ func TestStrangersRefused(t *testing.T) {
 	key := []byte("0123456789abcdef")
 	c := gossiptest.Start(t, 3, func(i int, cfg *gossip.Config) { cfg.SecretKey, cfg.Label = key, "prod" })
 	tests := []struct {
-		name  string
-		key   []byte
-		label string
+		name    string
+		key     []byte
+		label   string
+		refused bool
 	}{
-		{"wrong key", []byte("fedcba9876543210"), "prod"},
-		{"no key", nil, "prod"},
-		{"wrong label", key, "staging"},
-		{"no label", key, ""},
+		{"wrong key", []byte("fedcba9876543210"), "prod", true},
+		{"no key", nil, "prod", true},
+		{"wrong label", key, "staging", true},
+		{"no label", key, "", true},
+		{"right key and label", key, "prod", false}, // the control: the same bytes get through
 	}
-	for _, tt := range tests {
+	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := gossip.New(gossip.Config{Name: "stranger", BindAddr: "127.0.0.1", SecretKey: tt.key, Label: tt.label, TCPTimeout: 500 * time.Millisecond})
-			require.NoError(t, err)
-			defer func() { _ = s.Close() }()
-			_, err = s.Join(c.Nodes[0].Addr())
-			assert.Error(t, err, "the join is refused")
-			assert.Len(t, s.Members(), 1)
-			// The stranger gossips counts straight at a member anyway.
-			resp, err := s.Sync(t.Context(), &global.Request{Interval: 100 * time.Millisecond,
-				Keys: []global.Usage{{Key: "k", Limit: window, Consumed: 500, Demand: 1}}})
-			require.NoError(t, err)
-			require.NoError(t, resp.Grants[0].Err)
-			time.Sleep(300 * time.Millisecond)
-			for _, g := range c.Nodes {
-				assert.Len(t, g.Members(), 3)
-				assert.Zero(t, sync(t, g, "k", window, 0, 1).Used, "no count from the stranger")
+			k := fmt.Sprintf("k%d", i)
+			name := fmt.Sprintf("stranger-%d", i)
+			if tt.refused {
+				s, err := gossip.New(gossip.Config{Name: name, BindAddr: "127.0.0.1", SecretKey: tt.key, Label: tt.label, TCPTimeout: 500 * time.Millisecond})
+				require.NoError(t, err)
+				_, err = s.Join(c.Nodes[0].Addr())
+				assert.Error(t, err, "the join is refused")
+				assert.Len(t, s.Members(), 1)
+				require.NoError(t, s.Close())
+			}
+			// Whatever the join, the stranger sends real counts straight at
+			// a member, with its credentials.
+			sendRaw(t, name, tt.key, tt.label, c.Nodes[0].Addr(), k)
+			want := int64(0)
+			if !tt.refused {
+				want = 500
+			}
+			if tt.refused {
+				time.Sleep(300 * time.Millisecond)
+			} else {
+				require.Eventually(t, func() bool { return sync(t, c.Nodes[0], k, window, 0, 1).Used >= want }, 5*time.Second, 20*time.Millisecond)
+			}
+			assert.Len(t, c.Nodes[0].Members(), 3)
+			assert.GreaterOrEqual(t, sync(t, c.Nodes[0], k, window, 0, 1).Used, want)
+			if tt.refused {
+				assert.Zero(t, sync(t, c.Nodes[0], k, window, 0, 1).Used, "no count from the stranger")
 			}
 		})
 	}
+}
+
+// sendRaw sends addr one update from node name, consuming 500 of key, as
+// a memberlist user message with the given credentials.
+func sendRaw(t *testing.T, name string, secret []byte, label, addr, key string) {
+	t.Helper()
+	core, err := gossip.NewCore(name, 1, gossip.Config{})
+	require.NoError(t, err)
+	_, err = core.Sync(&global.Request{Interval: 100 * time.Millisecond,
+		Keys: []global.Usage{{Key: key, Limit: window, Consumed: 500, Demand: 1}}}, time.Now())
+	require.NoError(t, err)
+	ups := core.Updates(time.Now())
+	require.Len(t, ups, 1)
+
+	mc := memberlist.DefaultLANConfig()
+	mc.Name, mc.BindAddr, mc.BindPort = name, "127.0.0.1", 0
+	mc.SecretKey, mc.Label = secret, label
+	mc.Logger = log.New(io.Discard, "", 0)
+	ml, err := memberlist.Create(mc)
+	require.NoError(t, err)
+	defer func() { _ = ml.Shutdown() }()
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	require.NoError(t, ml.SendBestEffort(&memberlist.Node{Name: "node-1", Addr: net.ParseIP(host), Port: uint16(p)}, ups[0].Msg))
 }
 
 // fastFailureDetection has memberlist declare an unreachable node dead in

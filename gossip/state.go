@@ -94,7 +94,9 @@ type table struct {
 	forget   int64 // how long a gone peer is remembered
 
 	scratch []float64
-	dropped uint64 // entries refused: table full, or unknown peer beyond maxPeers
+	downs   []int64 // view's scratch
+	changed []*key  // own keys synced since they were last flushed
+	dropped uint64  // entries refused: table full, or unknown peer beyond maxPeers
 }
 
 func newTable(self string, inc uint64, cfg *Config) *table {
@@ -161,9 +163,8 @@ func (t *table) keyFor(h uint64, force bool) *key {
 
 // merge applies a decoded message. An update comes from its origin
 // itself, so the origin is known to be alive; a state relays what its
-// sender knows; a leave frees its origin's shares. It returns how many
-// entries changed the table.
-func (t *table) merge(m *message, now instant) (changed int) {
+// sender knows; a leave frees its origin's shares.
+func (t *table) merge(m *message, now instant) {
 	for i := range m.sections {
 		s := &m.sections[i]
 		p := t.peerFor(s.name)
@@ -187,21 +188,18 @@ func (t *table) merge(m *message, now instant) (changed int) {
 			p.alive, p.left, p.downAt = false, true, now.mono
 		}
 		for j := range s.entries {
-			if t.mergeEntry(p, s.inc, &s.entries[j], now) {
-				changed++
-			}
+			t.mergeEntry(p, s.inc, &s.entries[j], now)
 		}
 	}
-	return changed
 }
 
 // mergeEntry merges one peer's entry for one key, and takes what the peer
 // newly consumed out of this node's reconstruction of the key's bucket.
-func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
+func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) {
 	k := t.keyFor(e.hash, false)
 	if k == nil {
 		t.dropped++
-		return false
+		return
 	}
 	var c *count
 	for i := range k.peers {
@@ -218,7 +216,7 @@ func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
 	old := c.e
 	if c.inc != inc || old.windowMs != e.windowMs {
 		if c.inc > inc || (c.inc == inc && old.seq >= e.seq) {
-			return false // an older incarnation, or an older window setting
+			return // an older incarnation, or an older window setting
 		}
 		old = entry{}
 	}
@@ -234,13 +232,12 @@ func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
 	}
 	next.epoch, next.cur, next.prev = ep, cur, prev
 	if next == c.e && c.inc == inc {
-		return false
+		return
 	}
 	c.e, c.inc = next, inc
 	if u := k.local; u != nil && u.limit.Algorithm == global.TokenBucket && delta > 0 {
 		u.level -= float64(delta)
 	}
-	return true
 }
 
 // join and leave record membership events.
@@ -264,19 +261,8 @@ func (t *table) leave(name string, now instant) {
 // peer is alive, but some peer that did not leave gracefully was seen
 // within the forget horizon.
 func (t *table) alone(now instant) bool {
-	expect := false
-	for _, p := range t.peers {
-		if p == t.self || p.left {
-			continue
-		}
-		if p.alive {
-			return false
-		}
-		if p.downAt != 0 && now.mono-p.downAt <= t.forget {
-			expect = true
-		}
-	}
-	return expect
+	live, known, _ := t.view(now)
+	return live == 1 && known > 1
 }
 
 // split reports how long this node has been on the minority side of a
@@ -285,8 +271,16 @@ func (t *table) alone(now instant) bool {
 // horizon); zero while it hears from a majority. The minority began when
 // the peer that tipped it went down.
 func (t *table) split(now instant) time.Duration {
-	known, live := 1, 1
-	var down []int64
+	_, _, d := t.view(now)
+	return d
+}
+
+// view is what alone and split are made of, in one pass over the peers:
+// the live members (this node included), the members known, and split's
+// answer.
+func (t *table) view(now instant) (live, known int, split time.Duration) {
+	live, known = 1, 1
+	down := t.downs[:0]
 	for _, p := range t.peers {
 		switch {
 		case p == t.self || p.left:
@@ -298,12 +292,13 @@ func (t *table) split(now instant) time.Duration {
 			down = append(down, p.downAt)
 		}
 	}
+	t.downs = down
 	if 2*live > known {
-		return 0
+		return live, known, 0
 	}
 	slices.Sort(down)
 	tipped := down[(known+1)/2-1]
-	return time.Duration(max(1, now.mono-tipped))
+	return live, known, time.Duration(max(1, now.mono-tipped))
 }
 
 // standing is how a peer's entry counts toward a key's shares.
@@ -337,10 +332,10 @@ func leaseStands(c *count, now instant) bool {
 	return !c.p.left && c.e.reserved > 0 && now.mono-c.recvAt <= int64(c.e.ttlMs)*int64(time.Millisecond)
 }
 
-// syncAll answers a whole request: a grant per key, and whether this node
-// is on a split's minority side.
-func (t *table) syncAll(req *global.Request, now instant) *global.Response {
-	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys)), Partitioned: t.split(now)}
+// syncAll answers a whole request: a grant per key, and how long this
+// node has been on a split's minority side.
+func (t *table) syncAll(req *global.Request, now instant, split time.Duration) *global.Response {
+	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys)), Partitioned: split}
 	for i := range req.Keys {
 		resp.Grants[i] = t.sync(&req.Keys[i], req.Interval, req.Shares, now)
 	}
@@ -447,7 +442,10 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 	l.lease, l.leaseEpoch = uint64(lease), ep
 	ttl := 2 * interval
 	own.seq++
-	k.dirty = true
+	if !k.dirty {
+		k.dirty = true
+		t.changed = append(t.changed, k)
+	}
 	own.reserved = uint64(lease)
 	own.ttlMs = uint64(min(ttl.Milliseconds(), maxTTLms))
 	own.demand = min(rate, maxCount)
@@ -555,6 +553,8 @@ func (t *table) weight(k *key, rate uint64, shares global.Shares, now instant) (
 // ago: a peer that missed an update, or joined since, learns it, and
 // peers can tell this node is alive.
 func (t *table) pending(now instant, f func(k *key)) {
+	clear(t.changed) // every changed key is seen below
+	t.changed = t.changed[:0]
 	for _, k := range t.keys {
 		if k.local == nil || k.own.seq == 0 {
 			continue
@@ -564,6 +564,19 @@ func (t *table) pending(now instant, f func(k *key)) {
 			f(k)
 		}
 	}
+}
+
+// flushChanged calls f with this node's entries synced since they were
+// last sent: a sync's news, without a walk of the whole table.
+func (t *table) flushChanged(now instant, f func(k *key)) {
+	for _, k := range t.changed {
+		if k.dirty && t.keys[k.hash] == k {
+			k.sent, k.dirty = now.mono, false
+			f(k)
+		}
+	}
+	clear(t.changed)
+	t.changed = t.changed[:0]
 }
 
 // inUse reports whether this node has counted k and synced it within the

@@ -96,6 +96,9 @@ func TestWireRejects(t *testing.T) {
 		})
 	}
 	var m message
+	// The count guard rejects before reading: without it the loop would
+	// also fail, later, on the first missing entry.
+	assert.ErrorContains(t, m.decode([]byte{magic, version, kindUpdate, 1, 1, 'a', 1, 0xff, 0xff, 0x03, 0, 0, 0}), "65535 entries in")
 	require.NoError(t, m.decode(good))
 }
 

@@ -55,7 +55,7 @@ func (f *fleet) result(now time.Time, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ok {
-		f.br.Success(now)
+		f.br.Success()
 	} else {
 		f.br.Failure(now)
 	}

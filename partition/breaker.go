@@ -127,7 +127,7 @@ func (b *Breaker) Allow(now time.Time) bool {
 }
 
 // Success records a call that reached the fleet.
-func (b *Breaker) Success(now time.Time) {
+func (b *Breaker) Success() {
 	switch b.state {
 	case Closed:
 		b.fails = b.fails[:0]

@@ -48,7 +48,7 @@ func TestBreakerSuccessResetsTheRun(t *testing.T) {
 	require.NoError(t, err)
 	b.Failure(at(0))
 	b.Failure(at(10 * time.Millisecond))
-	b.Success(at(20 * time.Millisecond))
+	b.Success()
 	b.Failure(at(30 * time.Millisecond))
 	assert.Equal(t, partition.Closed, b.State(at(30*time.Millisecond)))
 }
@@ -63,9 +63,9 @@ func TestBreakerHalfOpenNeedsSeveralSuccesses(t *testing.T) {
 	assert.Equal(t, partition.HalfOpen, b.State(now))
 	require.True(t, b.Allow(now), "the probe")
 	assert.False(t, b.Allow(now), "one probe at a time")
-	b.Success(now)
+	b.Success()
 	require.True(t, b.Allow(now))
-	b.Success(now)
+	b.Success()
 	assert.Equal(t, partition.HalfOpen, b.State(now), "two lucky calls are not enough")
 	require.True(t, b.Allow(now))
 	b.Failure(now)
@@ -75,7 +75,7 @@ func TestBreakerHalfOpenNeedsSeveralSuccesses(t *testing.T) {
 	now = at(20 * time.Second)
 	for range 3 {
 		require.True(t, b.Allow(now))
-		b.Success(now)
+		b.Success()
 	}
 	assert.Equal(t, partition.Closed, b.State(now))
 	assert.True(t, b.Allow(now))

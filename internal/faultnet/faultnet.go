@@ -88,6 +88,7 @@ type Transport struct {
 	done    chan struct{}
 	once    sync.Once
 	sent    atomic.Int64
+	dropped atomic.Int64
 }
 
 var _ memberlist.NodeAwareTransport = (*Transport)(nil)
@@ -99,19 +100,20 @@ func (t *Transport) Addr() string { return t.self }
 // stream, since it was wrapped.
 func (t *Transport) BytesSent() int64 { return t.sent.Load() }
 
+// Dropped returns how many packets and streams the node sent across a cut:
+// proof that a partition was in force.
+func (t *Transport) Dropped() int64 { return t.dropped.Load() }
+
 // WriteTo sends a packet, unless the network is cut, in which case the
 // packet is silently lost, as UDP would lose it.
 func (t *Transport) WriteTo(b []byte, addr string) (time.Time, error) {
-	if t.net.Cut(t.self, addr) {
-		return time.Now(), nil
-	}
-	t.sent.Add(int64(len(b)))
-	return t.NodeAwareTransport.WriteTo(b, addr)
+	return t.WriteToAddress(b, memberlist.Address{Addr: addr})
 }
 
 // WriteToAddress is WriteTo for a named node.
 func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	if t.net.Cut(t.self, a.Addr) {
+		t.dropped.Add(1)
 		return time.Now(), nil
 	}
 	t.sent.Add(int64(len(b)))
@@ -142,19 +144,13 @@ func (t *Transport) forward() {
 
 // DialTimeout opens a stream, unless the network is cut.
 func (t *Transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	if t.net.Cut(t.self, addr) {
-		return nil, ErrCut
-	}
-	c, err := t.NodeAwareTransport.DialTimeout(addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &conn{Conn: c, sent: &t.sent}, nil
+	return t.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
 }
 
 // DialAddressTimeout is DialTimeout for a named node.
 func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	if t.net.Cut(t.self, a.Addr) {
+		t.dropped.Add(1)
 		return nil, ErrCut
 	}
 	c, err := t.NodeAwareTransport.DialAddressTimeout(a, timeout)

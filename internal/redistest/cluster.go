@@ -16,9 +16,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
 )
 
-// Slots is the number of hash slots a Redis Cluster divides keys among.
-const Slots = redisslot.Slots
-
 // clusterTimeout bounds how long a new or restarted cluster may take to
 // agree on its state. It usually takes just over 2 s: the nodes agree
 // within a few hundred milliseconds, but a master refuses to report
@@ -59,15 +56,15 @@ func (r slotRange) contains(slot int) bool { return r.first <= slot && slot <= r
 // introduced to every other with CLUSTER MEET.
 func StartCluster(tb testing.TB, masters int, args ...string) *Cluster {
 	tb.Helper()
-	if masters < 1 || masters > Slots {
-		tb.Fatalf("redistest: StartCluster: %d masters; want 1 to %d", masters, Slots)
+	if masters < 1 || masters > redisslot.Slots {
+		tb.Fatalf("redistest: StartCluster: %d masters; want 1 to %d", masters, redisslot.Slots)
 	}
 	c := &Cluster{}
 	for i := range masters {
 		s := startServer(tb, true, args)
 		c.Masters = append(c.Masters, s)
 		c.Addrs = append(c.Addrs, s.Addr)
-		c.slots = append(c.slots, slotRange{i * Slots / masters, (i+1)*Slots/masters - 1})
+		c.slots = append(c.slots, slotRange{i * redisslot.Slots / masters, (i+1)*redisslot.Slots/masters - 1})
 	}
 
 	clients := make([]*redis.Client, masters)
@@ -176,7 +173,7 @@ func (c *Cluster) checkNode(cl *redis.Client) error {
 	}
 	for _, want := range [][2]string{
 		{"cluster_known_nodes", strconv.Itoa(len(c.Masters))},
-		{"cluster_slots_assigned", strconv.Itoa(Slots)},
+		{"cluster_slots_assigned", strconv.Itoa(redisslot.Slots)},
 		{"cluster_size", strconv.Itoa(len(c.Masters))},
 		{"cluster_state", "ok"},
 	} {
@@ -235,8 +232,8 @@ func (c *Cluster) checkNode(cl *redis.Client) error {
 		}
 		owned += int(r.End - r.Start + 1)
 	}
-	if owned != Slots {
-		return fmt.Errorf("CLUSTER SLOTS: %d slots served, want %d", owned, Slots)
+	if owned != redisslot.Slots {
+		return fmt.Errorf("CLUSTER SLOTS: %d slots served, want %d", owned, redisslot.Slots)
 	}
 	return nil
 }
@@ -245,7 +242,7 @@ func (c *Cluster) checkNode(cl *redis.Client) error {
 // the assignment made by StartCluster, so it stays right while masters are
 // down, but not if a test moves slots itself.
 func (c *Cluster) MasterFor(key string) *Server {
-	slot := KeySlot(key)
+	slot := redisslot.Of(key)
 	for i, r := range c.slots {
 		if r.contains(slot) {
 			return c.Masters[i]
@@ -281,7 +278,3 @@ func (c *Cluster) FlushAll(tb testing.TB) {
 		s.FlushAll(tb)
 	}
 }
-
-// KeySlot returns the hash slot of key as Redis Cluster computes it; see
-// redisslot.Of.
-func KeySlot(key string) int { return redisslot.Of(key) }

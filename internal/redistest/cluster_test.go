@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/internal/redisslot"
 )
 
 // keySlotTests are keys whose slots Redis documents or that exercise the
@@ -20,7 +22,7 @@ var keySlotTests = []struct {
 	sameAs string // a key that must share the slot, if any
 	slot   int    // the expected slot, or -1 if only sameAs is checked
 }{
-	{key: "123456789", slot: 0x31C3 % Slots}, // the CRC16/XMODEM check value
+	{key: "123456789", slot: 0x31C3 % redisslot.Slots}, // the CRC16/XMODEM check value
 	{key: "foo", slot: 12182},
 	{key: "bar", slot: 5061},
 	{key: "", slot: 0},
@@ -37,13 +39,13 @@ var keySlotTests = []struct {
 func TestKeySlot(t *testing.T) {
 	t.Parallel()
 	for _, tt := range keySlotTests {
-		got := KeySlot(tt.key)
-		assert.True(t, got >= 0 && got < Slots, "KeySlot(%q) = %d", tt.key, got)
+		got := redisslot.Of(tt.key)
+		assert.True(t, got >= 0 && got < redisslot.Slots, "redisslot.Of(%q) = %d", tt.key, got)
 		if tt.slot >= 0 {
-			assert.Equal(t, tt.slot, got, "KeySlot(%q)", tt.key)
+			assert.Equal(t, tt.slot, got, "redisslot.Of(%q)", tt.key)
 		}
 		if tt.sameAs != "" {
-			assert.Equal(t, KeySlot(tt.sameAs), got, "KeySlot(%q) vs KeySlot(%q)", tt.key, tt.sameAs)
+			assert.Equal(t, redisslot.Of(tt.sameAs), got, "redisslot.Of(%q) vs redisslot.Of(%q)", tt.key, tt.sameAs)
 		}
 	}
 }
@@ -76,7 +78,7 @@ func TestCluster(t *testing.T) {
 		}
 		require.Len(t, owned, 3)
 		for _, s := range c.Masters {
-			assert.InDelta(t, Slots/3, owned[s.Addr], 1, "slots of %s", s.Addr)
+			assert.InDelta(t, redisslot.Slots/3, owned[s.Addr], 1, "slots of %s", s.Addr)
 		}
 	})
 
@@ -86,7 +88,7 @@ func TestCluster(t *testing.T) {
 			for _, key := range []string{tt.key, tt.sameAs} {
 				want, err := direct.ClusterKeySlot(ctx, key).Result()
 				require.NoError(t, err)
-				assert.Equal(t, int(want), KeySlot(key), "KeySlot(%q)", key)
+				assert.Equal(t, int(want), redisslot.Of(key), "redisslot.Of(%q)", key)
 			}
 		}
 	})
