@@ -70,7 +70,7 @@ func TestFleetAccuracy(t *testing.T) {
 			aligned := r.MaxAligned(window)
 			t.Logf("%s: offered %d, admitted %d (per node %v), ideal %d: %.1f%% of ideal; "+
 				"busiest window after the first %d (ideal %d), busiest aligned window %d (ideal %d), limit %d",
-				name, len(r.Offered), got, r.PerNode, ideal, 100*float64(got)/float64(ideal),
+				name, len(r.Offered), got, r.PerNode(), ideal, 100*float64(got)/float64(ideal),
 				steady, ir.MaxInWindowFrom(window, window), aligned, ir.MaxAligned(window), limit)
 			if !tt.check {
 				return

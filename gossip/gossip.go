@@ -282,9 +282,16 @@ func (g *Gossip) budget(interval time.Duration) int {
 	rounds := max(1, int(interval/g.cfg.GossipInterval))
 	packet := 1400 - 2 - len(g.cfg.Label) - 2 - 64 // header, label, encryption
 	per := packet / (updateOverhead + len(g.cfg.Name))
-	n := int(g.nodes.Load())
-	transmits := g.cfg.RetransmitMult * int(math.Ceil(math.Log10(float64(n+1))))
+	transmits := Transmissions(g.cfg.RetransmitMult, int(g.nodes.Load()))
 	return rounds * g.cfg.GossipNodes * per / max(1, transmits)
+}
+
+// Transmissions is how many times an update is gossiped in a fleet of
+// nodes before it leaves the queue: mult × ceil(log10(nodes+1)), as
+// memberlist's transmit-limited queue counts them. The simulator sends
+// its updates as often.
+func Transmissions(mult, nodes int) int {
+	return mult * int(math.Ceil(math.Log10(float64(nodes+1))))
 }
 
 // updateOverhead is a single-key update's size less its origin's name,

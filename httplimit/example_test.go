@@ -26,8 +26,9 @@ func Example() {
 	limit, err := httplimit.New(httplimit.Config{
 		Limiter: limiter,
 		Limits: []httplimit.Limit{
-			{Name: "key", Prefix: "key:", Key: httplimit.Header("X-API-Key"), Window: time.Minute},
-			{Name: "ip", Prefix: "ip:", Key: httplimit.IP(netip.MustParsePrefix("10.0.0.0/8")), Window: time.Hour},
+			// Named after the Limiter's policies: their Prefix and Window apply.
+			{Name: "key", Key: httplimit.Header("X-API-Key")},
+			{Name: "ip", Key: httplimit.IP(netip.MustParsePrefix("10.0.0.0/8"))},
 		},
 	})
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
@@ -50,10 +49,13 @@ type Limit struct {
 
 	// Prefix is put before the key, so that it matches the Limiter's
 	// Policy for this limit: "ip:", say, for a Policy with that Prefix.
+	// Default: the Prefix of the Limiter's Policy named Name, if any.
 	Prefix string
 
-	// Window is the Policy's window, shown to clients as the quota's
-	// window (w=). Required unless Config.Headers is NoHeaders.
+	// Window is shown to clients as the quota's window (w=). Default: the
+	// Window of the Limiter's Policy named Name (for a Rate policy, the
+	// time to fill its Burst). Required otherwise, unless Config.Headers
+	// is NoHeaders.
 	Window time.Duration
 
 	// Cost, if set, is what a request costs; default 1.
@@ -99,8 +101,25 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	case cfg.Headers < DraftHeaders || cfg.Headers > NoHeaders:
 		return nil, fmt.Errorf("httplimit: Config.Headers %d is not a known set", int(cfg.Headers))
 	}
+	cfg.Limits = append([]Limit(nil), cfg.Limits...)
+	policies := map[string]hybrid.Policy{}
+	for _, p := range cfg.Limiter.Config().Policies {
+		policies[p.Name] = p
+	}
 	seen := map[string]bool{}
-	for i, l := range cfg.Limits {
+	for i := range cfg.Limits {
+		l := &cfg.Limits[i]
+		if p, ok := policies[l.Name]; ok {
+			if l.Prefix == "" {
+				l.Prefix = p.Prefix
+			}
+			if l.Window == 0 {
+				l.Window = p.Window
+				if p.Rate > 0 {
+					l.Window = time.Duration(float64(p.Burst) / p.Rate * float64(time.Second))
+				}
+			}
+		}
 		at := fmt.Sprintf("httplimit: Config.Limits[%d]", i)
 		switch {
 		case !tokenName.MatchString(l.Name):
@@ -119,7 +138,6 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 			problem(w, http.StatusInternalServerError, problemBody{Type: "about:blank", Title: "rate limiting failed", Detail: err.Error()})
 		}
 	}
-	cfg.Limits = append([]Limit(nil), cfg.Limits...)
 	return func(next http.Handler) http.Handler {
 		return &handler{cfg: cfg, next: next}
 	}, nil
@@ -130,10 +148,9 @@ type handler struct {
 	next http.Handler
 }
 
-// taken is one limit's part in a request.
+// taken is one limit's part in a request: what it decided.
 type taken struct {
 	lim *Limit
-	key string
 	res hybrid.Reservation
 }
 
@@ -156,32 +173,31 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if key == "" {
 			continue
 		}
-		key = l.Prefix + key
 		n := 1
 		if l.Cost != nil {
 			n = l.Cost(r)
 		}
-		res, err := h.cfg.Limiter.ReserveN(key, n)
+		// Now or not at all: a refused request books no future slot.
+		res, err := h.cfg.Limiter.TakeN(l.Prefix+key, n)
 		if err != nil {
 			undo()
 			h.cfg.OnError(w, r, err)
 			return
 		}
-		if !res.OK() || res.Delay() > 0 {
-			res.Cancel()
+		if !res.OK() {
 			undo()
-			h.refuse(w, &taken{lim: l, key: key, res: res}, took)
+			h.refuse(w, taken{l, res}, took)
 			return
 		}
-		took = append(took, taken{lim: l, key: key, res: res})
+		took = append(took, taken{l, res})
 	}
 	h.headers(w, took, nil)
 	h.next.ServeHTTP(w, r)
 }
 
 // refuse answers a request that one limit refused, after passed did not.
-func (h *handler) refuse(w http.ResponseWriter, refused *taken, passed []taken) {
-	h.headers(w, passed, refused)
+func (h *handler) refuse(w http.ResponseWriter, refused taken, passed []taken) {
+	h.headers(w, passed, &refused)
 	l := refused.lim
 	if delay := refused.res.Delay(); delay != hybrid.Never && delay > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(delay.Seconds())), 10))
@@ -203,60 +219,55 @@ func (h *handler) refuse(w http.ResponseWriter, refused *taken, passed []taken) 
 }
 
 // headers writes the header fields for the limits a request passed, and
-// the one that refused it, if any.
+// the one that refused it, if any (with nothing remaining).
 func (h *handler) headers(w http.ResponseWriter, passed []taken, refused *taken) {
-	if h.cfg.Headers == NoHeaders {
+	all := passed
+	if refused != nil {
+		all = append(passed[:len(passed):len(passed)], *refused)
+	}
+	if h.cfg.Headers == NoHeaders || len(all) == 0 {
 		return
 	}
 	type state struct {
-		lim       *Limit
-		quota     int64
-		remaining int64
-		reset     int64 // seconds
+		name                string
+		window              int64 // seconds
+		quota, left, tReset int64
 	}
-	var all []state
-	add := func(l *Limit, key string, res hybrid.Reservation) {
-		d, ok := res.Decision()
-		if !ok {
-			var err error
-			if d, err = h.cfg.Limiter.AllowN(key, 0); err != nil { // reads, takes nothing
-				return
-			}
+	var buf [4]state
+	st := buf[:0]
+	for i, t := range all {
+		d, _ := t.res.Decision()
+		left := d.Remaining()
+		if refused != nil && i == len(all)-1 {
+			left = 0
 		}
-		all = append(all, state{l, d.Limit(), d.Remaining(), int64(math.Ceil(d.ResetAfter().Seconds()))})
-	}
-	for _, t := range passed {
-		add(t.lim, t.key, t.res)
-	}
-	if refused != nil {
-		add(refused.lim, refused.key, refused.res)
-		if len(all) > 0 {
-			all[len(all)-1].remaining = 0
-		}
-	}
-	if len(all) == 0 {
-		return
+		st = append(st, state{t.lim.Name, int64(math.Ceil(t.lim.Window.Seconds())), d.Limit(), left, int64(math.Ceil(d.ResetAfter().Seconds()))})
 	}
 	hd := w.Header()
 	if h.cfg.Headers == DraftHeaders || h.cfg.Headers == BothHeaders {
-		var pol, cur []string
-		for _, s := range all {
-			pol = append(pol, fmt.Sprintf("%q;q=%d;w=%d", s.lim.Name, s.quota, int64(math.Ceil(s.lim.Window.Seconds()))))
-			cur = append(cur, fmt.Sprintf("%q;r=%d;t=%d", s.lim.Name, s.remaining, s.reset))
+		var pol, cur []byte
+		for i, s := range st {
+			if i > 0 {
+				pol, cur = append(pol, ", "...), append(cur, ", "...)
+			}
+			pol = strconv.AppendInt(append(strconv.AppendQuote(pol, s.name), ";q="...), s.quota, 10)
+			pol = strconv.AppendInt(append(pol, ";w="...), s.window, 10)
+			cur = strconv.AppendInt(append(strconv.AppendQuote(cur, s.name), ";r="...), s.left, 10)
+			cur = strconv.AppendInt(append(cur, ";t="...), s.tReset, 10)
 		}
-		hd.Set("RateLimit-Policy", strings.Join(pol, ", "))
-		hd.Set("RateLimit", strings.Join(cur, ", "))
+		hd.Set("RateLimit-Policy", string(pol))
+		hd.Set("RateLimit", string(cur))
 	}
 	if h.cfg.Headers == LegacyHeaders || h.cfg.Headers == BothHeaders {
-		tight := all[0]
-		for _, s := range all[1:] {
-			if s.remaining < tight.remaining {
+		tight := st[0]
+		for _, s := range st[1:] {
+			if s.left < tight.left {
 				tight = s
 			}
 		}
 		hd.Set("X-RateLimit-Limit", strconv.FormatInt(tight.quota, 10))
-		hd.Set("X-RateLimit-Remaining", strconv.FormatInt(tight.remaining, 10))
-		hd.Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Unix()+tight.reset, 10))
+		hd.Set("X-RateLimit-Remaining", strconv.FormatInt(tight.left, 10))
+		hd.Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Unix()+tight.tReset, 10))
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/httplimit"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // server serves ok behind the middleware made of cfg, with lim as its
@@ -125,9 +126,10 @@ func TestSeveralLimits(t *testing.T) {
 		hybrid.Policy{Name: "ip", Prefix: "ip:", Limit: 2, Window: time.Hour},
 	)
 	local := netip.MustParsePrefix("127.0.0.0/8")
+	// Named after the policies: Prefix and Window come from them.
 	srv := server(t, lim, httplimit.Config{Limits: []httplimit.Limit{
-		{Name: "key", Key: httplimit.Header("X-API-Key"), Prefix: "key:", Window: time.Hour},
-		{Name: "ip", Key: httplimit.IP(local), Prefix: "ip:", Window: time.Hour},
+		{Name: "key", Key: httplimit.Header("X-API-Key")},
+		{Name: "ip", Key: httplimit.IP(local)},
 	}})
 	from := func(ip string) int {
 		return get(t, srv, "X-API-Key", "k", "X-Forwarded-For", ip).StatusCode
@@ -135,6 +137,7 @@ func TestSeveralLimits(t *testing.T) {
 	assert.Equal(t, 200, from("203.0.113.1"))
 	resp := get(t, srv, "X-API-Key", "k", "X-Forwarded-For", "203.0.113.1")
 	require.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, [2]int64{3, 3600}, parse(t, policyItem, resp.Header.Get("RateLimit-Policy"))["key"], "the policy's window")
 	both := parse(t, limitItem, resp.Header.Get("RateLimit"))
 	assert.Equal(t, int64(1), both["key"][0])
 	assert.Equal(t, int64(0), both["ip"][0])
@@ -240,6 +243,48 @@ func TestUnavailableWhenDegraded(t *testing.T) {
 	var body struct{ Type string }
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
 	assert.Equal(t, "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity", body.Type)
+
+	// A healthy Limiter's refusal is the client's quota: 429, option or not.
+	healthy := localLimiter(t, hybrid.Policy{Name: "api", Limit: 1, Window: time.Minute})
+	srv = server(t, healthy, httplimit.Config{UnavailableWhenDegraded: true, Limits: []httplimit.Limit{
+		{Name: "api", Key: httplimit.Header("X-API-Key")},
+	}})
+	assert.Equal(t, 200, get(t, srv, "X-API-Key", "k").StatusCode)
+	assert.Equal(t, http.StatusTooManyRequests, get(t, srv, "X-API-Key", "k").StatusCode)
+}
+
+// TestRefusalsBookNothing checks Local policies: a sliding window refuses
+// with 429 (it cannot book a future slot, and is not asked to), and a
+// token bucket's refusals take nothing, so Retry-After does not grow with
+// them.
+func TestRefusalsBookNothing(t *testing.T) {
+	t.Parallel()
+	lim := localLimiter(t,
+		hybrid.Policy{Name: "sw", Prefix: "sw:", Algorithm: local.SlidingWindow, Limit: 2, Window: time.Minute},
+		hybrid.Policy{Name: "tb", Prefix: "tb:", Limit: 2, Window: time.Minute},
+	)
+	srv := server(t, lim, httplimit.Config{Limits: []httplimit.Limit{
+		{Name: "sw", Key: httplimit.Header("X-SW")},
+		{Name: "tb", Key: httplimit.Header("X-TB")},
+	}})
+	codes := []int{}
+	for range 3 {
+		codes = append(codes, get(t, srv, "X-SW", "k").StatusCode)
+	}
+	assert.Equal(t, []int{200, 200, 429}, codes, "a Local sliding window")
+
+	for range 2 {
+		require.Equal(t, 200, get(t, srv, "X-TB", "k").StatusCode)
+	}
+	var retry []int
+	for range 50 {
+		resp := get(t, srv, "X-TB", "k")
+		require.Equal(t, 429, resp.StatusCode)
+		n, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		retry = append(retry, n)
+	}
+	assert.LessOrEqual(t, retry[len(retry)-1], 30, "a token every 30 s, however many were refused: %v", retry[:5])
 }
 
 func TestConfigErrors(t *testing.T) {

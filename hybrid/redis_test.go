@@ -75,7 +75,7 @@ func TestFleetAccuracy(t *testing.T) {
 			peak := r.MaxInWindow(window)
 			got := len(r.Admitted)
 			t.Logf("%s: offered %d, admitted %d (per node %v), ideal %d: %.1f%% of ideal; busiest %v window %d (limit %d + burst %d)",
-				tt.name, len(r.Offered), got, r.PerNode, ideal, 100*float64(got)/float64(ideal), window, peak, limit, tt.burst)
+				tt.name, len(r.Offered), got, r.PerNode(), ideal, 100*float64(got)/float64(ideal), window, peak, limit, tt.burst)
 			bound, surplus := limit*1.01+float64(tt.burst), 1.01
 			if tt.policy.Algorithm == local.SlidingWindow {
 				// A sliding window's lease lapses at the edge of the

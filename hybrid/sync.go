@@ -433,9 +433,13 @@ func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
 	_ = l.earlyBatch(ctx, k)
 }
 
-// earlyGap is the least time between two syncs of a key: a quarter
-// interval or 10 ms, whichever is shorter.
-func (l *Limiter) earlyGap() int64 { return min(int64(l.cfg.Interval)/4, int64(10*time.Millisecond)) }
+// EarlyGap is the least time between two syncs of a key: a quarter
+// interval or 10 ms, whichever is shorter. The background loop waits it
+// out before an early sync; a ManualSync caller (the simulator) should
+// too.
+func (l *Limiter) EarlyGap() time.Duration { return min(l.cfg.Interval/4, 10*time.Millisecond) }
+
+func (l *Limiter) earlyGap() int64 { return int64(l.EarlyGap()) }
 
 // SyncEarly syncs at once the keys that asked for an early sync, except
 // those synced less than a quarter interval (or 10 ms) ago, which may ask

@@ -58,18 +58,58 @@ func (l *Limiter) Reserve(key string) (Reservation, error) { return l.ReserveN(k
 // ReserveN takes n tokens for key, to be used after the Reservation's
 // Delay, or given back with Cancel.
 func (l *Limiter) ReserveN(key string, n int) (Reservation, error) {
-	v, ok := l.keys.Load(key)
-	if !ok {
-		if _, err := l.allowNew(key, noTime, 0); err != nil {
-			return Reservation{}, err
-		}
-		return l.ReserveN(key, n)
+	k, err := l.state(key)
+	if err != nil {
+		return Reservation{}, err
 	}
-	k := v.(*keyState)
 	if k.pol.Mode == Local {
 		r, err := k.pol.local.ReserveNAt(k.key, l.clk.Now(), n, Never)
 		return Reservation{ok: r.OK(), delay: r.Delay(), local: r}, err
 	}
+	return l.taken(k, n)
+}
+
+// TakeN takes n tokens for key if the policy admits them now, and nothing
+// otherwise: unlike ReserveN it never books the future, and its
+// Reservation always carries the Decision. Cancel gives the tokens back
+// where that can be done: a Hybrid lease, and a Local token bucket if no
+// other request has taken from the key since. A Strict decision, or a
+// Local window or log, cannot be taken back. It is how httplimit applies
+// several limits to one request, all or nothing.
+func (l *Limiter) TakeN(key string, n int) (Reservation, error) {
+	k, err := l.state(key)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if k.pol.Mode != Local {
+		return l.taken(k, n)
+	}
+	at := l.clk.Now()
+	if k.pol.Algorithm == local.TokenBucket {
+		if r, err := k.pol.local.ReserveNAt(k.key, at, n, 0); err == nil && r.OK() {
+			res, err := k.pol.local.AllowNAt(k.key, at, 0) // what is left, for the Decision
+			return Reservation{ok: true, local: r, d: fromLocal(res, false), isD: true}, err
+		}
+	}
+	res, err := k.pol.local.AllowNAt(k.key, at, n)
+	d := fromLocal(res, false)
+	return Reservation{ok: d.Allowed(), delay: d.RetryAfter(), d: d, isD: true}, err
+}
+
+// state returns key's state, resolving a key seen for the first time.
+func (l *Limiter) state(key string) (*keyState, error) {
+	for {
+		if v, ok := l.keys.Load(key); ok {
+			return v.(*keyState), nil
+		}
+		if _, err := l.allowNew(key, noTime, 0); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// taken decides n for a Hybrid or Strict key now.
+func (l *Limiter) taken(k *keyState, n int) (Reservation, error) {
 	d, err := l.decide(k, noTime, int64(n))
 	if err != nil {
 		return Reservation{}, err

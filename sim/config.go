@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -62,11 +63,11 @@ type Config struct {
 	GossipLoss float64
 
 	// GossipFanout is how many peers a node sends to per round. Default
-	// 3, memberlist's GossipNodes.
+	// gossip.DefaultGossipNodes.
 	GossipFanout int
 
-	// GossipInterval is how often a node gossips. Default 200ms,
-	// memberlist's LAN setting.
+	// GossipInterval is how often a node gossips. Default
+	// gossip.DefaultGossipInterval.
 	GossipInterval time.Duration
 
 	// Seed seeds the arrivals and the sync jitter. Default 1. The same
@@ -83,8 +84,8 @@ const (
 	DefaultRTT      = time.Millisecond
 	DefaultDuration = time.Minute
 
-	DefaultGossipFanout   = 3
-	DefaultGossipInterval = 200 * time.Millisecond
+	DefaultGossipFanout   = gossip.DefaultGossipNodes
+	DefaultGossipInterval = gossip.DefaultGossipInterval
 )
 
 // Backends are the fleets Run simulates.
@@ -115,21 +116,21 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("sim: Config.Scenario %q is not one of %s", c.Scenario, strings.Join(Scenarios, ", "))
 	}
 	fields := []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
+		name     string
+		v        *time.Duration
+		def, min time.Duration
 	}{
-		{"Window", &c.Window, DefaultWindow},
-		{"Interval", &c.Interval, DefaultInterval},
-		{"RTT", &c.RTT, DefaultRTT},
-		{"Duration", &c.Duration, DefaultDuration},
+		{"Window", &c.Window, DefaultWindow, time.Millisecond},
+		{"Interval", &c.Interval, DefaultInterval, time.Millisecond},
+		{"RTT", &c.RTT, DefaultRTT, 0},
+		{"Duration", &c.Duration, DefaultDuration, time.Millisecond},
 	}
 	for _, f := range fields {
 		switch {
 		case *f.v == 0:
 			*f.v = f.def
-		case *f.v < time.Millisecond && f.name != "RTT" || *f.v < 0:
-			return c, fmt.Errorf("sim: Config.%s is %v; it must be at least 1ms (or 0 for %v)", f.name, *f.v, f.def)
+		case *f.v < f.min || *f.v < 0:
+			return c, fmt.Errorf("sim: Config.%s is %v; it must be at least %v (or 0 for %v)", f.name, *f.v, f.min, f.def)
 		}
 	}
 	switch {

@@ -2,20 +2,20 @@ package sim
 
 import (
 	"context"
-	"math"
+	"time"
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/gossip"
 )
 
-// Memberlist's timings the simulated gossip network keeps: how long a
-// silent member takes to be declared dead (probes, then suspicion), how
-// long a healed side takes to find the other again (a re-join), and how
-// many times a broadcast is sent (RetransmitMult 4 × log10 of the fleet).
+// How the simulated gossip network learns of membership changes:
+// memberlist declares a silent member dead after its probes and suspicion
+// (about 5 s with LAN settings), and a Gossip finds a lost peer again by
+// re-joining it every RejoinInterval (memberlist's own gossip to the dead
+// often finds it sooner; this is the bound).
 const (
-	detectAfter   = 5e9 // ns
-	rejoinAfter   = 1e9
-	retransmitMul = 4
+	detectAfter = int64(5 * time.Second)
+	rejoinAfter = int64(gossip.DefaultRejoinInterval)
 )
 
 // gossipNode is a node's gossip state: the gossip package's Core, the
@@ -47,7 +47,6 @@ var _ global.Syncer = gossipSyncer{}
 func (s gossipSyncer) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
 	n := s.e.nodes[s.i]
 	now := s.e.clk.Now()
-	s.e.m.syncs++
 	s.e.m.syncKeys += int64(len(req.Keys))
 	resp, err := n.g.core.Sync(req, now)
 	if err == nil {
@@ -56,28 +55,20 @@ func (s gossipSyncer) Sync(_ context.Context, req *global.Request) (*global.Resp
 	return resp, err
 }
 
-// retransmits is how many times a broadcast is sent, as memberlist's
-// transmit-limited queue counts it for the live fleet.
-func (e *engine) retransmits() int {
-	live := 0
-	for _, n := range e.nodes {
-		if n.active {
-			live++
-		}
-	}
-	return retransmitMul * int(math.Ceil(math.Log10(float64(live+1))))
-}
-
 // enqueue queues updates; a newer update for a key replaces the queued
-// one, with a fresh count of transmissions.
+// one, with a fresh count of transmissions, as a Gossip's queue does.
 func (e *engine) enqueue(n *node, ups []gossip.Update) {
+	if len(ups) == 0 {
+		return
+	}
+	left := gossip.Transmissions(gossip.DefaultRetransmitMult, e.live)
 	g := n.g
 	for _, u := range ups {
 		if q := g.byName[u.Name]; q != nil {
-			q.msg, q.left = u.Msg, e.retransmits()
+			q.msg, q.left = u.Msg, left
 			continue
 		}
-		q := &queued{name: u.Name, msg: u.Msg, left: e.retransmits()}
+		q := &queued{name: u.Name, msg: u.Msg, left: left}
 		g.byName[u.Name] = q
 		g.queue = append(g.queue, q)
 	}

@@ -66,25 +66,25 @@ type Result struct {
 // metrics counts per key and aligned window.
 type metrics struct {
 	window  int64
-	offered [][]int32 // [key][window]
-	fleet   [][]int32
+	offered int64
+	fleet   [][]int32 // [key][window]
 	ideal   [][]int32
 
-	syncs, syncKeys, syncBytes int64
+	syncKeys, syncBytes int64
 }
 
 func (m *metrics) init(keys int, c Config) {
 	m.window = int64(c.Window)
 	n := int(int64(c.Duration)/m.window) + 1
-	m.offered, m.fleet, m.ideal = make([][]int32, keys), make([][]int32, keys), make([][]int32, keys)
+	m.fleet, m.ideal = make([][]int32, keys), make([][]int32, keys)
 	for k := range keys {
-		m.offered[k], m.fleet[k], m.ideal[k] = make([]int32, n), make([]int32, n), make([]int32, n)
+		m.fleet[k], m.ideal[k] = make([]int32, n), make([]int32, n)
 	}
 }
 
 func (m *metrics) record(k int, at int64, fleet, ideal bool) {
 	w := at / m.window
-	m.offered[k][w]++
+	m.offered++
 	if fleet {
 		m.fleet[k][w]++
 	}
@@ -103,10 +103,10 @@ func (m *metrics) result(e *engine) *Result {
 	}
 	var over, under int64
 	worst := 0
-	for k := range m.offered {
-		for w := range m.offered[k] {
+	r.Offered = m.offered
+	for k := range m.fleet {
+		for w := range m.fleet[k] {
 			f, i := int(m.fleet[k][w]), int(m.ideal[k][w])
-			r.Offered += int64(m.offered[k][w])
 			r.Admitted += int64(f)
 			r.Ideal += int64(i)
 			if f > i {
@@ -137,11 +137,11 @@ func (m *metrics) result(e *engine) *Result {
 func (m *metrics) converge(t int64, limit int64) time.Duration {
 	tol := int32(max(1, limit/20))
 	first := int(t/m.window) + 1 // the first whole window after t
-	n := len(m.offered[0]) - 1   // the last window is partial
+	n := len(m.fleet[0]) - 1     // the last window is partial
 	run := 0
 	for w := first; w < n; w++ {
 		ok := true
-		for k := range m.offered {
+		for k := range m.fleet {
 			if d := m.fleet[k][w] - m.ideal[k][w]; d > tol || d < -tol {
 				ok = false
 				break
@@ -162,10 +162,14 @@ func (m *metrics) converge(t int64, limit int64) time.Duration {
 func round(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 // WriteJSON writes r as indented JSON.
-func (r *Result) WriteJSON(w io.Writer) error {
+func (r *Result) WriteJSON(w io.Writer) error { return WriteJSON(w, r) }
+
+// WriteJSON writes v, a Result, a sweep's results or a Recommendation, as
+// indented JSON.
+func WriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return enc.Encode(v)
 }
 
 // WriteTable writes r as a short human-readable table.

@@ -44,4 +44,8 @@ func TestReality(t *testing.T) {
 		len(real.Admitted), len(real.Offered), realOver, realFalse, s.Admitted, s.Offered, s.Overshoot, s.FalseRejection)
 	assert.InDelta(t, realOver, s.Overshoot, 2, "overshoot agrees within 2 points")
 	assert.InDelta(t, realFalse, s.FalseRejection, 2, "false rejection agrees within 2 points")
+	// The points are small beside 2; the admissions, which the points are
+	// drawn from, must agree too.
+	realPart, simPart := float64(len(real.Admitted))/float64(len(real.Offered)), float64(s.Admitted)/float64(s.Offered)
+	assert.InDelta(t, realPart, simPart, 0.02, "the part of the offered load admitted")
 }

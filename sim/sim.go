@@ -95,6 +95,8 @@ type engine struct {
 
 	pend    map[*op]pending // syncs in flight
 	m       metrics
+	live    int     // nodes in the fleet now
+	weight  float64 // their weights' sum: the load balancer's split
 	changes []int64 // when the scenario changed the fleet or the network
 }
 
@@ -191,30 +193,32 @@ func (e *engine) jitter() int64 {
 // balancer's split changed. Poisson arrivals forget their past, so this
 // changes nothing else.
 func (e *engine) reschedule() {
+	e.live, e.weight = 0, 0
+	for _, n := range e.nodes {
+		if n.active {
+			e.live++
+			e.weight += n.weight
+		}
+	}
 	for i, n := range e.nodes {
 		n.gen++
 		if n.active {
-			e.nextArrival(i, e.now)
+			e.nextArrival(i, e.now, nil)
 		}
 	}
 }
 
 // rate is what node i is offered per nanosecond now, before bursts.
 func (e *engine) rate(i int) float64 {
-	total := 0.0
-	for _, n := range e.nodes {
-		if n.active {
-			total += n.weight
-		}
-	}
-	if total == 0 {
+	if e.weight == 0 {
 		return 0
 	}
-	return e.nodes[i].weight / total * float64(e.cfg.Nodes) * e.cfg.Rate / 1e9
+	return e.nodes[i].weight / e.weight * float64(e.cfg.Nodes) * e.cfg.Rate / 1e9
 }
 
-// nextArrival schedules node i's next request after from.
-func (e *engine) nextArrival(i int, from int64) {
+// nextArrival schedules node i's next request after from, in ev if not
+// nil: the event just handled, reused rather than allocated per request.
+func (e *engine) nextArrival(i int, from int64, ev *event) {
 	r := e.rate(i)
 	for r > 0 {
 		f, until := 1.0, int64(math.MaxInt64)
@@ -230,7 +234,11 @@ func (e *engine) nextArrival(i int, from int64) {
 			from = until // memoryless: start again at the phase's edge
 			continue
 		}
-		e.schedule(&event{at: at, kind: arrival, node: i, gen: e.nodes[i].gen})
+		if ev == nil {
+			ev = &event{}
+		}
+		*ev = event{at: at, kind: arrival, node: i, gen: e.nodes[i].gen}
+		e.schedule(ev)
 		return
 	}
 }
@@ -323,10 +331,9 @@ func (e *engine) arrive(ev *event) {
 		// The live loop wakes at once, and waits out the rest of the
 		// gap since the last sync.
 		n.early = true
-		gap := min(int64(e.cfg.Interval)/4, int64(10*time.Millisecond))
-		e.schedule(&event{at: max(e.now, n.synced+gap), kind: earlyDue, node: ev.node})
+		e.schedule(&event{at: max(e.now, n.synced+int64(n.l.EarlyGap())), kind: earlyDue, node: ev.node})
 	}
-	e.nextArrival(ev.node, e.now)
+	e.nextArrival(ev.node, e.now, ev)
 }
 
 // early runs node i's early sync, unless a sync is in flight: the keys
@@ -378,7 +385,6 @@ func (e *engine) await(n *node, done chan struct{}) {
 	select {
 	case o := <-e.st.ops:
 		n.busy = true
-		e.m.syncs++
 		e.m.syncKeys += int64(len(o.req.Keys))
 		e.m.syncBytes += int64(requestBytes(&o.req))
 		e.inflightAdd(o, n, done)

@@ -43,11 +43,13 @@ func deterministic(t *testing.T, cfg sim.Config) {
 
 // TestGossipOvershootGrowsWithInterval checks the simulator's gossip
 // network against what the accuracy model predicts: the longer the sync
-// interval, the more the worst window overshoots.
+// interval, the more the worst window overshoots. It stops at half the
+// window: from there on a capped lease waits a whole interval for its
+// refill, and false rejection, not overshoot, is what grows (docs/tuning.md).
 func TestGossipOvershootGrowsWithInterval(t *testing.T) {
 	t.Parallel()
 	last := -1.0
-	for _, iv := range []time.Duration{25 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, time.Second} {
+	for _, iv := range []time.Duration{25 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond} {
 		r, err := sim.Run(sim.Config{Backend: "gossip", Interval: iv, Duration: 30 * time.Second})
 		require.NoError(t, err)
 		t.Logf("gossip, sync every %v: worst window %.2f%% over the limit, overshoot %.2f%%, false rejection %.2f%%", iv, r.OvershootWorst, r.Overshoot, r.FalseRejection)

@@ -73,12 +73,11 @@ func WriteMarkdown(w io.Writer, results []*Result) error {
 	return err
 }
 
-// Recommendation is Tune's answer: the longest interval that met the
-// targets, the run that showed it, and every run tried.
+// Recommendation is Tune's answer: the run at the longest interval that
+// met the targets (its Interval is the advice), and every run tried.
 type Recommendation struct {
-	Interval Duration  `json:"interval"`
-	Result   *Result   `json:"result"`
-	Tried    []*Result `json:"tried"`
+	Result *Result   `json:"result"`
+	Tried  []*Result `json:"tried"`
 }
 
 // Tune finds the longest sync interval at which load meets both targets:
@@ -103,7 +102,7 @@ func Tune(load Config, maxOvershoot, maxFalseRejection float64, intervals []time
 		}
 		rec.Tried = append(rec.Tried, r)
 		if r.OvershootWorst <= maxOvershoot && r.FalseRejection <= maxFalseRejection {
-			rec.Interval, rec.Result = r.Interval, r
+			rec.Result = r
 		}
 	}
 	if rec.Result == nil {

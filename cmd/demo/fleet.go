@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +23,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/faultnet"
 	"github.com/hybridlimit/hybridlimit/partition"
+	"github.com/hybridlimit/hybridlimit/sim"
 )
 
 // fleetDemo runs a fleet on this machine: nodes in one process, each a
@@ -57,7 +57,7 @@ type demoNode struct {
 	srv  *http.Server
 	url  string
 
-	offered, admitted, refused, hot atomic.Int64
+	offered, admitted, failed, hot atomic.Int64 // failed: neither admitted nor refused
 }
 
 // fleetSummary is the demo's result.
@@ -79,6 +79,7 @@ type fleetNodeSummary struct {
 	Offered  int64    `json:"offered"`
 	Admitted int64    `json:"admitted"`
 	Refused  int64    `json:"refused"`
+	Failed   int64    `json:"failed"` // answers neither 200 nor a refusal (429, 503)
 	Health   string   `json:"health"`
 	HotKeys  []string `json:"hot_keys"` // as "key (N stripes)"
 }
@@ -152,7 +153,6 @@ func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error)
 	cut, healed := false, false
 	last := make([][3]int64, len(nodes))
 	lastHot := int64(0)
-	var hotTotal int64
 	levels := make([]partition.Level, len(nodes))
 	for running := true; running; {
 		select {
@@ -194,7 +194,7 @@ func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error)
 			row += fmt.Sprintf(" %9s %3.0f%% %s", fmt.Sprintf("%d/%d", adm-last[i][1], off-last[i][0]), share, strings.ToUpper(h.Level.String()[:1]))
 			last[i] = [3]int64{off, adm, hotNow[i]}
 		}
-		lastHot, hotTotal = hot, hot
+		lastHot = hot
 		if running {
 			over := float64(second-d.limit) / float64(d.limit) * 100
 			row += fmt.Sprintf(" %10d (%d)", second, d.limit)
@@ -212,14 +212,19 @@ func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error)
 	load.Wait()
 	elapsed := time.Since(start)
 	sum.Elapsed = elapsed.Round(time.Millisecond).String()
-	sum.HotRate = math.Round(float64(hotTotal)/elapsed.Seconds()*10) / 10
+	sum.HotRate = math.Round(float64(lastHot)/elapsed.Seconds()*10) / 10
 	sum.Overshoot = math.Round(math.Max(0, float64(sum.HotWorst-d.limit))/float64(d.limit)*1000) / 10
 	for _, n := range nodes {
 		var hot []string
 		for _, h := range n.l.HotKeys() {
-			hot = append(hot, fmt.Sprintf("%s (%d stripes)", h.Key, h.Stripes+h.Shards))
+			if h.Shards > 0 {
+				hot = append(hot, fmt.Sprintf("%s (%d Redis shards)", h.Key, h.Shards))
+			} else {
+				hot = append(hot, fmt.Sprintf("%s (%d stripes)", h.Key, h.Stripes))
+			}
 		}
-		sum.PerNode = append(sum.PerNode, fleetNodeSummary{n.name, n.offered.Load(), n.admitted.Load(), n.refused.Load(), n.l.Health().Level.String(), hot})
+		off, adm, failed := n.offered.Load(), n.admitted.Load(), n.failed.Load()
+		sum.PerNode = append(sum.PerNode, fleetNodeSummary{n.name, off, adm, off - adm - failed, failed, n.l.Health().Level.String(), hot})
 	}
 	return sum, nil
 }
@@ -273,7 +278,7 @@ func (d *fleetDemo) start(i int, others []*demoNode, network *faultnet.Network, 
 	}
 	mw, err := httplimit.New(httplimit.Config{
 		Limiter: n.l, UnavailableWhenDegraded: false,
-		Limits: []httplimit.Limit{{Name: "tenant", Prefix: "tenant:", Key: httplimit.Header("X-Tenant"), Window: time.Second}},
+		Limits: []httplimit.Limit{{Name: "tenant", Key: httplimit.Header("X-Tenant")}}, // the policy's prefix and window
 	})
 	if err != nil {
 		shutdown(n)
@@ -353,13 +358,15 @@ func (d *fleetDemo) drive(ctx context.Context, n *demoNode, seed uint64) {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			n.offered.Add(1)
-			if resp.StatusCode == http.StatusOK {
+			switch resp.StatusCode {
+			case http.StatusOK:
 				n.admitted.Add(1)
 				if key == hotKey {
 					n.hot.Add(1)
 				}
-			} else {
-				n.refused.Add(1)
+			case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+			default:
+				n.failed.Add(1)
 			}
 		}
 		select {
@@ -372,9 +379,7 @@ func (d *fleetDemo) drive(ctx context.Context, n *demoNode, seed uint64) {
 // print writes the summary as text or JSON.
 func (s *fleetSummary) print(w io.Writer, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(s)
+		return sim.WriteJSON(w, s)
 	}
 	fmt.Fprintf(w, "\nIn %s over %s (sync every %s):\n", s.Elapsed, s.Backend, s.Sync)
 	for _, n := range s.PerNode {

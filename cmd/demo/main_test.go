@@ -53,7 +53,7 @@ func TestFleetDemo(t *testing.T) {
 		assert.Positive(t, n.Offered, n.Name)
 		assert.Positive(t, n.Admitted, n.Name)
 		assert.Positive(t, n.Refused, n.Name+": the hot tenant is offered 90/s against 40/s")
-		assert.Equal(t, n.Offered, n.Admitted+n.Refused)
+		assert.Zero(t, n.Failed, n.Name+": every answer an admission or a refusal")
 		if runtime.GOMAXPROCS(0) > 1 {
 			assert.Equal(t, []string{fmt.Sprintf("tenant:hot (%d stripes)", 2*runtime.GOMAXPROCS(0))}, n.HotKeys, n.Name+": the hot tenant is striped")
 		}

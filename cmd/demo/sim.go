@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -110,9 +109,7 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		if *jsonOut {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			err = enc.Encode(rs)
+			err = sim.WriteJSON(stdout, rs)
 		} else {
 			err = sim.WriteMarkdown(stdout, rs)
 		}
@@ -131,15 +128,13 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		if *jsonOut {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(rec); err != nil {
+			if err := sim.WriteJSON(stdout, rec); err != nil {
 				return fail(err)
 			}
 			return 0
 		}
 		fmt.Fprintf(stdout, "Sync every %v: the longest interval with overshoot <= %g%% of the limit and false rejection <= %g%% for %s load on %d nodes at %g req/s each, over %s.\n\n",
-			time.Duration(rec.Interval), *over, *falseRej, cfg.Scenario, cfg.Nodes, cfg.Rate, cfg.Backend)
+			time.Duration(rec.Result.Interval), *over, *falseRej, cfg.Scenario, cfg.Nodes, cfg.Rate, cfg.Backend)
 		if err := sim.WriteMarkdown(stdout, rec.Tried); err != nil {
 			return fail(err)
 		}

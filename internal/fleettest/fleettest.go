@@ -54,7 +54,6 @@ type Run struct {
 	Start    time.Time
 	Offered  []int64         // every arrival, all nodes
 	Admitted []int64         // every admission, all nodes
-	PerNode  []int           // admitted by each node
 	ByNode   [][]int64       // each node's admissions
 	Latency  []time.Duration // how long each Allow call took, all nodes
 }
@@ -71,7 +70,7 @@ func Drive(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, d
 func DriveUntil(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, done func(now time.Duration) bool) *Run {
 	t.Helper()
 	const perNode = 2 // goroutines per node
-	run := &Run{Start: time.Now(), PerNode: make([]int, len(nodes)), ByNode: make([][]int64, len(nodes))}
+	run := &Run{Start: time.Now(), ByNode: make([][]int64, len(nodes))}
 	var stop atomic.Bool
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -111,13 +110,21 @@ func DriveUntil(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float
 				run.Offered = append(run.Offered, offered...)
 				run.Admitted = append(run.Admitted, admitted...)
 				run.Latency = append(run.Latency, took...)
-				run.PerNode[i] += len(admitted)
 				run.ByNode[i] = append(run.ByNode[i], admitted...)
 			})
 		}
 	}
 	wg.Wait()
 	return run
+}
+
+// PerNode is how many each node admitted.
+func (r *Run) PerNode() []int {
+	out := make([]int, len(r.ByNode))
+	for i, b := range r.ByNode {
+		out[i] = len(b)
+	}
+	return out
 }
 
 // Percentile is the q-quantile (0 < q <= 1) of the Allow latencies.

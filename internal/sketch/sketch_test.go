@@ -149,6 +149,31 @@ func TestDetector(t *testing.T) {
 	assert.Empty(t, d.Hot(time.Second), "each interval starts afresh")
 }
 
+// TestDetectorGuards checks, without sampling, the two ways a key could
+// be called hot on too little: a count it inherited by evicting another
+// key, and a handful of hits.
+func TestDetectorGuards(t *testing.T) {
+	t.Parallel()
+	d := NewDetector(1, 1, 50) // one counter: every new key evicts the last
+	for range 100 {
+		d.Observe("a")
+	}
+	d.Observe("b") // holds 101, of which 100 inherited from a
+	assert.Empty(t, d.Hot(time.Second), "b's 101 are a's 100 and its own 1")
+
+	d = NewDetector(8, 1, 1)
+	for range minHits - 1 {
+		d.Observe("rare")
+	}
+	assert.Empty(t, d.Hot(time.Second), "3 hits at a threshold of 1/s: noise")
+	for range minHits {
+		d.Observe("rare")
+	}
+	hot := d.Hot(time.Second)
+	require.Len(t, hot, 1, "4 hits are believed")
+	assert.Equal(t, float64(minHits), hot[0].Rate)
+}
+
 // BenchmarkDetect is what Observe adds to a request, from all Ps at once,
 // sampling one request in 1 (every request takes the lock), 16 and 64.
 func BenchmarkDetect(b *testing.B) {
