@@ -49,6 +49,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzBuckets -fuzztime 60s ./local/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./gossip/
 	$(GO) test -run '^$$' -fuzz FuzzSpaceSaving -fuzztime 60s ./internal/sketch/
+	$(GO) test -run '^$$' -fuzz FuzzGrantStriped -fuzztime 60s ./hybrid/
 
 demo:
 	$(GO) run ./cmd/demo

@@ -160,9 +160,9 @@ func (k *keyState) give(n int64) {
 
 // grant installs a new allowance of lease, less what was spent since s0
 // (or, for a striped key, since its stripes' marks).
-func (k *keyState) grant(s0 uint32, lease int64) {
+func (k *keyState) grant(s0 uint32, lease, low int64) {
 	if set := k.stripes.Load(); set != nil {
-		k.grantStriped(set, lease)
+		k.grantStriped(set, lease, low)
 		return
 	}
 	s0 -= k.folded // the word's own spent

@@ -223,14 +223,15 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 		return l.short(k, now, n)
 	}
 	var left int64
-	var ok bool
+	var ok, early bool
 	if set := k.stripes.Load(); set != nil {
-		left, ok = k.takeStriped(set, max(n, 0))
+		left, ok, early = k.takeStriped(set, max(n, 0))
 	} else {
 		left, ok = takeWord(&k.word, max(n, 0)) // inlined: the common path
+		early = left < k.low.Load()
 	}
 	if ok {
-		if left < k.low.Load() {
+		if early {
 			l.askEarly(k)
 		}
 		return Decision{

@@ -3,9 +3,11 @@ package hybrid
 import (
 	"cmp"
 	"math"
+	"math/bits"
 	"slices"
-	"sync"
 	"sync/atomic"
+
+	"github.com/hybridlimit/hybridlimit/internal/proc"
 )
 
 // A hot key's lease is split over stripes, so that the cores admitting
@@ -13,8 +15,9 @@ import (
 // the allowance, each on cache lines of its own; the key's own word then
 // holds none and only counts what is spent outside the lease (degraded
 // decisions) or given back, since the key's hot fields share its cache
-// line. A request takes from its P's stripe and, when that stripe is
-// short, from any other that holds enough, before it counts as short of
+// line. A request takes from its P's stripe (stripe P id mod count, so
+// with at least as many stripes as Ps no two Ps share one) and, when that
+// stripe is short, from any other that holds enough, before it counts as short of
 // lease: so striping costs no false rejection. Each sync shares the new
 // allowance out by what each stripe spent, which gives the stripes of
 // busy Ps what the others did not use.
@@ -24,14 +27,17 @@ import (
 // between words when the key is split or merged back, never appears or
 // vanishes, so neither costs a burst nor a loss.
 type stripeSet struct {
-	s   []stripe // the stripes
-	s0  []uint32 // the sync loop's marks: spent of each word, 0 being the key's
-	now []uint32 // the sync loop's scratch for grantStriped, as s0
+	s    []stripe // the stripes
+	s0   []uint32 // the sync loop's marks: spent of each word, 0 being the key's
+	now  []uint32 // the sync loop's scratch for grantStriped, as s0
+	prev []uint32 // spent of each word at the last grant, as s0
 }
 
 type stripe struct {
 	word atomic.Uint64
-	_    [120]byte // words 128 bytes apart never share a cache line
+	low  atomic.Int64 // allowance below which this stripe asks for an early sync; 0 for none
+	rest atomic.Int64 // what the other stripes were given at the last grant
+	_    [104]byte    // stripes 128 bytes apart never share a cache line
 }
 
 // count is how many stripes hold the key's allowance.
@@ -59,37 +65,57 @@ func takeWord(w *atomic.Uint64, n int64) (left int64, ok bool) {
 	}
 }
 
-// stripeHints give each P a stripe of its own: a sync.Pool returns the
-// object a P put back to that P, so the cores admitting a hot key keep to
-// their own stripes' cache lines instead of passing every line between
-// them. Hints are dealt round-robin; with two stripes per P, two Ps
-// seldom share one.
-var (
-	stripeHints = sync.Pool{New: func() any { return &stripeHint{nextHint.Add(1)} }}
-	nextHint    atomic.Uint32
-)
-
-type stripeHint struct{ i uint32 }
-
-// takeStriped takes n from this P's stripe or, when it is short, from the
-// first of the others that holds n: striping refuses only what the whole
-// lease would. left estimates the key's whole allowance from the stripes'.
-func (k *keyState) takeStriped(set *stripeSet, n int64) (left int64, ok bool) {
-	h := stripeHints.Get().(*stripeHint)
+// takeStriped takes n from this P's stripe. When that stripe is short it
+// moves half of another stripe's allowance (at least n) to its own and
+// takes from there, so striping refuses only what the whole lease would,
+// and the spending is counted on the stripe of the P that admitted it:
+// taking from the other stripe directly would credit that stripe with
+// this P's demand, the next grant would then give it more, and one stripe
+// would end up serving every P.
+//
+// left estimates the key's whole allowance: the stripe's, plus what the
+// others were given at the last grant. early reports that the stripe has
+// run below its part of the key's low-water mark, which is when the key
+// asks for an early sync; each stripe watches its own part, so a P whose
+// stripe holds most of the lease asks in time, and one that holds little
+// does not ask too soon.
+func (k *keyState) takeStriped(set *stripeSet, n int64) (left int64, ok, early bool) {
 	c := uint32(len(set.s))
-	i := h.i % c
-	stripeHints.Put(h)
-	if left, ok = takeWord(&set.s[i].word, n); ok {
-		return left * int64(c), true
+	home := &set.s[uint32(proc.ID())%c]
+	mine, ok := takeWord(&home.word, n)
+	for j := uint32(1); !ok && j < c; j++ {
+		got := stealHalf(&set.s[(uint32(proc.ID())+j)%c].word, n)
+		if got == 0 {
+			continue
+		}
+		addAllowance(&home.word, got)
+		mine, ok = takeWord(&home.word, n)
 	}
-	for j := uint32(1); j < c; j++ {
-		l, ok := takeWord(&set.s[(i+j)%c].word, n)
-		left += l
-		if ok {
-			return l * int64(c), true
+	if !ok {
+		// The key's own word holds what was given back since the last
+		// grant, and, for a moment at the split, all the allowance.
+		if left, ok = takeWord(&k.word, n); ok {
+			return left, true, true
+		}
+		return k.allowance(), false, false
+	}
+	return mine + home.rest.Load(), true, mine < home.low.Load()
+}
+
+// stealHalf moves half of w's allowance, and at least n, out of w if w
+// holds n, and returns how much it moved. What w has spent stays.
+func stealHalf(w *atomic.Uint64, n int64) int64 {
+	for {
+		v := w.Load()
+		a := allowanceOf(v)
+		if a < max(n, 1) {
+			return 0
+		}
+		m := max(n, a/2)
+		if w.CompareAndSwap(v, v-uint64(m)) {
+			return m
 		}
 	}
-	return left, false
 }
 
 // spent is what the node has spent on the key, wrapping: every stripe's,
@@ -133,31 +159,37 @@ func (k *keyState) markSpent() uint32 {
 
 // grantStriped installs a lease over the stripes: what the key has spent
 // since the marks comes off it, and the rest is shared out in proportion
-// to what each stripe spent since (plus one, so that an idle stripe keeps
-// a little): the stripes of the Ps that admit the key get what the others
-// did not use. A stripe that spends between the two passes pays for it
-// from its own part.
-func (k *keyState) grantStriped(set *stripeSet, lease int64) {
+// to what each stripe spent since the last grant (plus one, so that an
+// idle stripe keeps a little): the stripes of the Ps that admit the key
+// get what the others did not use. A stripe that spends between the two
+// passes pays for it from its own part. Each stripe's low-water mark is
+// its part of low, the key's.
+func (k *keyState) grantStriped(set *stripeSet, lease, low int64) {
 	words := len(set.s0)
 	now := set.now
 	spent, weight := int64(0), int64(0)
 	for i := range words {
 		now[i] = spentOf(k.wordAt(set, i).Load())
-		d := int64(now[i] - set.s0[i])
-		spent += d
+		spent += int64(now[i] - set.s0[i])
 		if i > 0 {
-			weight += d + 1
+			weight += int64(now[i]-set.prev[i]) + 1
 		}
 	}
 	total := max(0, lease-spent)
 	given := int64(0)
 	for i := 1; i < words; i++ {
-		target := total * (int64(now[i]-set.s0[i]) + 1) / weight
+		target := mulDiv(total, int64(now[i]-set.prev[i])+1, weight)
 		if i == words-1 {
 			target = total - given // the rounding goes to the last
 		}
 		given += target
-		w := k.wordAt(set, i)
+		st := &set.s[i-1]
+		st.low.Store(0)
+		if total > 0 {
+			st.low.Store(mulDiv(low, target, total))
+		}
+		st.rest.Store(total - target)
+		w := &st.word
 		for {
 			v := w.Load()
 			a := max(0, min(target-int64(spentOf(v)-now[i]), maxAllowance))
@@ -166,7 +198,16 @@ func (k *keyState) grantStriped(set *stripeSet, lease int64) {
 			}
 		}
 	}
+	copy(set.prev, now)
 	drain(&k.word) // what was given back to it goes with the new lease
+}
+
+// mulDiv is a×b/c for 0 ≤ a and 0 < b ≤ c, exact where a×b would
+// overflow 64 bits.
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	q, _ := bits.Div64(hi, lo, uint64(c)) // hi < c because b ≤ c
+	return int64(q)
 }
 
 // drain sets w's allowance to zero and returns what it held, and what w
@@ -192,20 +233,24 @@ func addAllowance(w *atomic.Uint64, n int64) {
 }
 
 // split stripes k over c words, moving its allowance to them evenly.
-// Sync loop only.
+// Requests that find the stripes still empty take from the key's word
+// until it is drained. Sync loop only.
 func (k *keyState) split(c int) {
 	if c < 2 || k.stripes.Load() != nil {
 		return
 	}
-	set := &stripeSet{s: make([]stripe, c), s0: make([]uint32, c+1), now: make([]uint32, c+1)}
+	set := &stripeSet{s: make([]stripe, c), s0: make([]uint32, c+1), now: make([]uint32, c+1), prev: make([]uint32, c+1)}
 	k.stripes.Store(set)
 	a, _ := drain(&k.word)
 	per, rem := a/int64(c), a%int64(c)
+	low := k.low.Load() / int64(c)
 	for i := range set.s {
 		n := per
 		if int64(i) < rem {
 			n++
 		}
+		set.s[i].low.Store(low)
+		set.s[i].rest.Store(a - n)
 		addAllowance(&set.s[i].word, n)
 	}
 }

@@ -323,7 +323,12 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	} else {
 		k.carry = 0
 	}
-	k.grant(m.s0, lease)
+	low := int64(0)
+	if !closing && !k.capped && lease > 0 && lease >= k.requested {
+		low = max(1, lease/4)
+	}
+	k.grant(m.s0, lease, low)
+	k.low.Store(low)
 	k.granted = m.s0
 	if !closing {
 		l.stripe(k)
@@ -338,11 +343,6 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	k.fleetRemaining.Store(g.Remaining)
 	k.resetAt.Store(now + int64(g.ResetAfter))
 	k.until.Store(l.leaseEdge(k.pol, now, lease, g))
-	low := int64(0)
-	if !closing && !k.capped && lease > 0 && lease >= k.requested {
-		low = max(1, lease/4)
-	}
-	k.low.Store(low)
 	k.resetFallback()
 	if !closing && k.idle && lease == 0 && k.spent() == m.s0 && k.allReported(len(l.fleets), m.s0) {
 		l.forget(k)
