@@ -119,7 +119,7 @@ func checkClientTimeouts(c redis.UniversalClient, timeout time.Duration) error {
 	return nil
 }
 
-var scripts = []*redis.Script{leaseTokenBucket, leaseSlidingWindow, strictGCRA, strictSlidingWindow}
+var scripts = []*redis.Script{leaseTokenBucket, leaseSlidingWindow, strictGCRA, strictSlidingWindow, markShards, chargeGCRA, chargeSlidingWindow}
 
 // loadScripts loads every script on every shard, so a pipeline of EVALSHA
 // finds them.
@@ -251,7 +251,7 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scr
 	ttl := (2*window+10*interval)/1000 + 1
 	return scriptCall{
 		script: script,
-		key:    key,
+		keys:   []string{key},
 		args: []any{node, u.Limit.Limit, window, u.Limit.burst(), u.Consumed, u.Demand,
 			interval, stale, ttl, equalArg(equal)},
 	}, nil
@@ -272,40 +272,43 @@ type Decision struct {
 	Remaining  int64
 	RetryAfter time.Duration // zero when allowed; -1 if the cost can never be admitted
 	ResetAfter time.Duration
+
+	// Shards, when not zero, says that nothing was decided: the key is
+	// split fleet-wide into Shards shards (see MarkShards) for ShardedFor
+	// more, and the request must be decided on ShardKeys(key, Shards).
+	Shards     int
+	ShardedFor time.Duration
 }
 
 // Allow decides n requests for key against limit in Redis: one round trip
 // per call, exact across the fleet. It is the strict mode, and the
-// baseline the hybrid mode is measured against.
+// baseline the hybrid mode is measured against. While key is marked as
+// split into shards (MarkShards), Allow decides nothing and says so in
+// Decision.Shards.
 func (r *Redis) Allow(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
 	if err := limit.Validate(); err != nil {
 		return Decision{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	var call scriptCall
-	switch limit.Algorithm {
-	case TokenBucket:
-		k, err := r.redisKey(key, "gcra")
-		if err != nil {
-			return Decision{}, err
-		}
-		call = scriptCall{strictGCRA, k, []any{limit.Limit, micros(limit.Window), limit.burst(), n}}
-	default:
-		k, err := r.redisKey(key, "sw")
-		if err != nil {
-			return Decision{}, err
-		}
-		call = scriptCall{strictSlidingWindow, k, []any{limit.Limit, micros(limit.Window), n}}
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	defer cancel()
-	res, err := r.run(ctx, []scriptCall{call})
+	marker, err := r.redisKey(key, "shards")
 	if err != nil {
 		return Decision{}, err
 	}
-	if res[0].err != nil {
-		return Decision{}, res[0].err
+	var call scriptCall
+	switch limit.Algorithm {
+	case TokenBucket:
+		k, _ := r.redisKey(key, "gcra") // as long as marker, so valid
+		call = scriptCall{strictGCRA, []string{k, marker}, []any{limit.Limit, micros(limit.Window), limit.burst(), n}}
+	default:
+		k, _ := r.redisKey(key, "sw")
+		call = scriptCall{strictSlidingWindow, []string{k, marker}, []any{limit.Limit, micros(limit.Window), n}}
 	}
-	v := res[0].vals
+	v, err := r.runOne(ctx, call)
+	if err != nil {
+		return Decision{}, err
+	}
+	if v[0] == 2 {
+		return Decision{Shards: int(v[1]), ShardedFor: time.Duration(v[3]) * time.Microsecond}, nil
+	}
 	d := Decision{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: time.Duration(v[3]) * time.Microsecond}
 	if v[2] < 0 {
 		d.RetryAfter = -1
@@ -315,9 +318,72 @@ func (r *Redis) Allow(ctx context.Context, key string, limit Limit, n int64) (De
 	return d, nil
 }
 
+// MarkShards records, for the whole fleet, that key's strict decisions go
+// to shards for the next ttl: every Allow on key itself then answers
+// with Decision.Shards instead of deciding, so that no node decides on
+// the whole key while others decide on its shards, which would admit up
+// to twice the limit. If key is already marked, its shard count stays and
+// only ttl is renewed. MarkShards returns the shard count in force.
+func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error) {
+	if shards < 2 || ttl < time.Millisecond {
+		return 0, fmt.Errorf("%w: MarkShards needs at least 2 shards and a ttl of 1ms or more; got %d, %v", ErrInvalid, shards, ttl)
+	}
+	marker, err := r.redisKey(key, "shards")
+	if err != nil {
+		return 0, err
+	}
+	v, err := r.runOne(ctx, scriptCall{markShards, []string{marker}, []any{shards, ttl.Milliseconds()}})
+	if err != nil {
+		return 0, err
+	}
+	return int(v[0]), nil
+}
+
+// ChargeAtLeast makes key's strict state show at least used spent now,
+// as if used had just been admitted, unless it already shows as much. It
+// is how a key merged back from its shards takes over what they had
+// spent. Unlike Allow, charging twice charges once, so every node of a
+// fleet may charge the same key as it merges back.
+func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit Limit, used int64) error {
+	if err := limit.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if used <= 0 {
+		return nil
+	}
+	var call scriptCall
+	switch limit.Algorithm {
+	case TokenBucket:
+		k, err := r.redisKey(key, "gcra")
+		if err != nil {
+			return err
+		}
+		call = scriptCall{chargeGCRA, []string{k}, []any{limit.Limit, micros(limit.Window), limit.burst(), used}}
+	default:
+		k, err := r.redisKey(key, "sw")
+		if err != nil {
+			return err
+		}
+		call = scriptCall{chargeSlidingWindow, []string{k}, []any{limit.Limit, micros(limit.Window), used}}
+	}
+	_, err := r.runOne(ctx, call)
+	return err
+}
+
+// runOne runs one call within the configured timeout.
+func (r *Redis) runOne(ctx context.Context, call scriptCall) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	res, err := r.run(ctx, []scriptCall{call})
+	if err != nil {
+		return nil, err
+	}
+	return res[0].vals, res[0].err
+}
+
 type scriptCall struct {
 	script *redis.Script
-	key    string
+	keys   []string
 	args   []any
 }
 
@@ -347,9 +413,9 @@ func (r *Redis) run(ctx context.Context, calls []scriptCall) ([]callResult, erro
 		for j, i := range pending {
 			c := calls[i]
 			if attempt == 0 {
-				cmds[j] = c.script.EvalSha(ctx, pipe, []string{c.key}, c.args...)
+				cmds[j] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 			} else {
-				cmds[j] = c.script.Eval(ctx, pipe, []string{c.key}, c.args...)
+				cmds[j] = c.script.Eval(ctx, pipe, c.keys, c.args...)
 			}
 		}
 		_, _ = pipe.Exec(ctx) // errors are per command, read below
@@ -364,7 +430,7 @@ func (r *Redis) run(ctx context.Context, calls []scriptCall) ([]callResult, erro
 			case isUnreachable(err):
 				return nil, classify(err)
 			default:
-				out[i].err = fmt.Errorf("%w: key %q: %v", ErrInvalid, calls[i].key, err)
+				out[i].err = fmt.Errorf("%w: key %q: %v", ErrInvalid, calls[i].keys[0], err)
 			}
 		}
 		if len(retry) == 0 {

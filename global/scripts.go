@@ -183,11 +183,44 @@ if cur > 0 then reset = (w + 2) * window - now elseif prevc > 0 then reset = (w 
 return {lease, 2 * interval, est + lease, remaining, count, math.floor(weight * 1000000), reset, now}
 `)
 
+// slidingNow reads a strict sliding window (KEYS[1], a hash {w, cur,
+// prev}) at Redis's time. ARGV: limit, window_us, n. It leaves now, limit,
+// window, n, the window number w, its start's distance elapsed, the rolled
+// counts cur and prevc, and the estimate est.
+const slidingNow = slidingRoll + `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local limit, window, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local w = math.floor(now / window)
+local st = redis.call('HMGET', KEYS[1], 'w', 'cur', 'prev')
+local cur, prevc = roll(w, st)
+local elapsed = now - w * window
+local est = math.ceil(prevc * (window - elapsed) / window) + cur
+`
+
+// shardedGuard answers, before a strict script decides, for a key marked
+// as split into shards: KEYS[2] holds the shard count, and expires when
+// the split ends. It returns {2, shards, 0, ttl_us}.
+const shardedGuard = `
+local shards = tonumber(redis.call('GET', KEYS[2]))
+if shards then
+  return {2, shards, 0, redis.call('PTTL', KEYS[2]) * 1000}
+end
+`
+
+// markShards: KEYS[1] the shard marker. ARGV: shards, ttl_ms. Keeps a
+// marker's shard count, renews its ttl. Returns {shards in force}.
+var markShards = redis.NewScript(`
+local n = tonumber(redis.call('GET', KEYS[1])) or tonumber(ARGV[1])
+redis.call('SET', KEYS[1], n, 'PX', ARGV[2])
+return {n}
+`)
+
 // strictGCRA decides one request in Redis, as go-redis/redis_rate does:
-// KEYS[1] holds the theoretical arrival time. ARGV: limit, window_us,
-// burst, cost. Returns {allowed, remaining, retry_after_us,
-// reset_after_us}.
-var strictGCRA = redis.NewScript(`
+// KEYS[1] holds the theoretical arrival time, KEYS[2] the shard marker.
+// ARGV: limit, window_us, burst, cost. Returns {allowed, remaining,
+// retry_after_us, reset_after_us}, or shardedGuard's answer.
+var strictGCRA = redis.NewScript(shardedGuard + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local limit, window, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -210,17 +243,10 @@ return {1, math.floor((tau - (new - now)) / emission), 0, math.ceil(new - now)}
 `)
 
 // strictSlidingWindow decides one request against a sliding window
-// counter in Redis. KEYS[1] is a hash {w, cur, prev}. ARGV: limit,
-// window_us, cost. Returns as strictGCRA.
-var strictSlidingWindow = redis.NewScript(slidingRoll + `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local limit, window, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local w = math.floor(now / window)
-local st = redis.call('HMGET', KEYS[1], 'w', 'cur', 'prev')
-local cur, prevc = roll(w, st)
-local elapsed = now - w * window
-local est = math.ceil(prevc * (window - elapsed) / window) + cur
+// counter in Redis. KEYS[1] is a hash {w, cur, prev}, KEYS[2] the shard
+// marker. ARGV: limit, window_us, cost. Returns as strictGCRA.
+var strictSlidingWindow = redis.NewScript(shardedGuard + slidingNow + `
+local cost = n
 if cost > limit then
   return {0, math.max(0, limit - est), -1, (w + 2) * window - now}
 end
@@ -244,4 +270,35 @@ cur = cur + cost
 redis.call('HSET', KEYS[1], 'w', w, 'cur', cur, 'prev', prevc)
 redis.call('PEXPIRE', KEYS[1], math.ceil(2 * window / 1000) + 1)
 return {1, limit - est - cost, 0, (w + 2) * window - now}
+`)
+
+// chargeGCRA moves a GCRA key's theoretical arrival time to at least now
+// + used emissions: what is left is then at most burst - used. Charging
+// twice charges once. KEYS[1] as strictGCRA. ARGV: limit, window_us,
+// burst, used. Returns {1}.
+var chargeGCRA = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local limit, window, burst, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local emission = window / limit
+local floor = now + math.min(used, burst) * emission
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if floor > tat then
+  redis.call('SET', KEYS[1], floor, 'PX', math.ceil((floor - now) / 1000) + 1)
+end
+return {1}
+`)
+
+// chargeSlidingWindow raises a sliding window's estimate to at least
+// used, adding the difference to the current window's count. Charging
+// twice charges once. KEYS[1] as strictSlidingWindow. ARGV: limit,
+// window_us, used. Returns {1}.
+var chargeSlidingWindow = redis.NewScript(slidingNow + `
+local used = math.min(n, limit)
+if used > est then
+  cur = cur + used - est
+  redis.call('HSET', KEYS[1], 'w', w, 'cur', cur, 'prev', prevc)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(2 * window / 1000) + 1)
+end
+return {1}
 `)

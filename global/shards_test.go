@@ -1,12 +1,17 @@
 package global_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 func TestShardKeys(t *testing.T) {
@@ -24,6 +29,90 @@ func TestShardKeys(t *testing.T) {
 				assert.GreaterOrEqual(t, slot, i*redisslot.Slots/n, "%q shard %d", key, i)
 				assert.Less(t, slot, (i+1)*redisslot.Slots/n, "%q shard %d", key, i)
 			}
+		}
+	}
+}
+
+// TestMarkShards checks the fleet-wide shard marker: while it stands,
+// Allow on the key decides nothing and names the shard count; a second
+// mark keeps the first count; once it expires, Allow decides again.
+func TestMarkShards(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+		key := "marked-" + alg.String()
+		lim := global.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
+		d, err := r.Allow(ctx, key, lim, 1)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		require.Zero(t, d.Shards)
+
+		n, err := r.MarkShards(ctx, key, 12, 300*time.Millisecond)
+		require.NoError(t, err)
+		assert.Equal(t, 12, n)
+		n, err = r.MarkShards(ctx, key, 6, 300*time.Millisecond)
+		require.NoError(t, err)
+		assert.Equal(t, 12, n, "the count in force stays")
+
+		d, err = r.Allow(ctx, key, lim, 1)
+		require.NoError(t, err)
+		assert.Equal(t, 12, d.Shards, alg)
+		assert.False(t, d.Allowed)
+		assert.InDelta(t, 300*time.Millisecond, d.ShardedFor, float64(100*time.Millisecond))
+
+		require.Eventually(t, func() bool {
+			d, err = r.Allow(ctx, key, lim, 1)
+			return err == nil && d.Shards == 0
+		}, 2*time.Second, 20*time.Millisecond, "the mark expires")
+		assert.True(t, d.Allowed)
+		assert.Equal(t, int64(98), d.Remaining, "what was decided while marked was not counted")
+	}
+	_, err := r.MarkShards(ctx, "k", 1, time.Second)
+	require.ErrorIs(t, err, global.ErrInvalid)
+}
+
+// TestChargeAtLeast checks that charging a key raises what it shows spent
+// to the amount, once, however many nodes charge it.
+func TestChargeAtLeast(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+		lim := global.Limit{Algorithm: alg, Limit: 100, Window: time.Hour}
+		for _, tc := range []struct {
+			name    string
+			before  int64 // admitted before the charges
+			charges []int64
+			left    int64 // what Allow then finds left, before its own 1
+		}{
+			{"once", 0, []int64{40}, 60},
+			{"by four nodes", 0, []int64{40, 40, 40, 40}, 60},
+			{"the largest counts", 0, []int64{10, 40, 25}, 60},
+			{"already spent more", 70, []int64{40}, 30},
+			{"spent less", 20, []int64{40}, 60},
+			{"more than the limit", 0, []int64{500}, 0},
+			{"nothing", 0, []int64{0}, 100},
+		} {
+			key := fmt.Sprintf("charge-%v-%s", alg, tc.name)
+			if tc.before > 0 {
+				d, err := r.Allow(ctx, key, lim, tc.before)
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+			}
+			for _, c := range tc.charges {
+				require.NoError(t, r.ChargeAtLeast(ctx, key, lim, c))
+			}
+			d, err := r.Allow(ctx, key, lim, 1)
+			require.NoError(t, err)
+			if tc.left == 0 {
+				assert.False(t, d.Allowed, "%v %s", alg, tc.name)
+				continue
+			}
+			assert.True(t, d.Allowed, "%v %s", alg, tc.name)
+			assert.Equal(t, tc.left-1, d.Remaining, "%v %s", alg, tc.name)
 		}
 	}
 }

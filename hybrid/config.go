@@ -230,17 +230,22 @@ type Config struct {
 	HotKeyRate float64
 
 	// HotKeyStripes is how many stripes a hot key's lease is split over.
-	// Default two per P (2 × GOMAXPROCS at New), so that two Ps seldom
-	// land on one stripe, or 1 with a single P; 1 never splits. A striped
-	// key costs about 8 ns more per decision when nothing contends, and
-	// saves far more when cores do: see docs/hotkeys.md.
+	// A request takes from the stripe of the P it runs on, so with at
+	// least as many stripes as Ps no two share one. Default two per P
+	// (2 × GOMAXPROCS at New, leaving room for GOMAXPROCS to grow), or 1
+	// with a single P; 1 never splits. A striped key costs about 4 ns more
+	// per decision when nothing contends, and saves far more when cores
+	// do: see docs/hotkeys.md.
 	HotKeyStripes int
 
 	// HotKeyShards is how many Redis keys a hot Strict key is split
 	// into, each with its part of the limit, so that its round trips
 	// spread over a Redis Cluster's masters (a multiple of their number
 	// spreads them evenly). Default DefaultHotKeyShards; 1 never shards.
-	// A limit under 10 per shard is not sharded.
+	// A limit under 10 per shard is not sharded. Sharding needs a Syncer
+	// that implements ShardDirectory (global.Redis does), which makes
+	// every node of the fleet decide a sharded key on its shards; with
+	// another Syncer, Strict keys are never sharded.
 	HotKeyShards int
 
 	// ManualSync, if set, starts no background goroutine: the caller

@@ -46,14 +46,16 @@ type keyState struct {
 	stripes atomic.Pointer[stripeSet] // a hot key's lease stripes; nil if not striped
 	shards  atomic.Pointer[shardSet]  // a hot Strict key's Redis shards; nil if not sharded
 
+	shardUntil atomic.Int64 // Strict: when the fleet's mark that it is sharded runs out, as last heard
+
 	key string
 	pol *policy
 
 	// Sync loop state.
 	reported [2]uint32 // spent as of the last report each fleet took
 	folded   uint32    // what merged-back stripes spent
-	hotAt    int64     // Strict: when the sketch last saw the key hot
-	hotRate  float64   // Strict: the rate it saw
+	listed   bool      // Strict: in syncState.sharded
+	hotRate  float64   // Strict: the rate the sketch last saw
 	granted  uint32    // spent when the last grant was installed
 	carry    float64   // the fraction of a token a ladder-capped lease left over
 	markIdx  int64     // the Window-long period mark was taken in

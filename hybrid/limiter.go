@@ -41,7 +41,25 @@ type StrictDecider interface {
 	Allow(ctx context.Context, key string, limit global.Limit, n int64) (global.Decision, error)
 }
 
-var _ StrictDecider = (*global.Redis)(nil)
+// ShardDirectory records, for the whole fleet, which Strict keys are
+// split into shards in the store, so that no node decides a key on its
+// own while others decide it on its shards, which would admit up to twice
+// the limit. global.Redis implements it; see its MarkShards and
+// ChargeAtLeast for the contract.
+type ShardDirectory interface {
+	// MarkShards marks key as split into shards for ttl, or renews the
+	// mark, and returns the shard count in force. While marked, a
+	// StrictDecider's Allow on key answers with Decision.Shards.
+	MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error)
+	// ChargeAtLeast makes key show at least used spent; charging twice
+	// charges once.
+	ChargeAtLeast(ctx context.Context, key string, limit global.Limit, used int64) error
+}
+
+var (
+	_ StrictDecider  = (*global.Redis)(nil)
+	_ ShardDirectory = (*global.Redis)(nil)
+)
 
 // minShare is the floor of a node's demand for an active key, as a part of
 // its equal share of one interval's quota: enough that a node that was idle
@@ -74,6 +92,7 @@ type Limiter struct {
 	policies []*policy // longest Prefix first
 	byName   map[string]*policy
 	strict   StrictDecider
+	dir      ShardDirectory // nil: Strict keys are not sharded
 
 	keys  sync.Map // string -> *keyState
 	nkeys atomic.Int64
@@ -149,7 +168,8 @@ func New(cfg Config) (*Limiter, error) {
 		l.byName[p.Name] = pol
 		l.policies = append(l.policies, pol)
 	}
-	if l.strict != nil && cfg.HotKeyRate > 0 && cfg.HotKeyShards > 1 {
+	l.dir, _ = cfg.Syncer.(ShardDirectory)
+	if l.strict != nil && l.dir != nil && cfg.HotKeyRate > 0 && cfg.HotKeyShards > 1 {
 		for _, p := range l.policies {
 			if p.Mode == Strict {
 				l.hot = sketch.NewDetector(64, 16, cfg.HotKeyRate)
@@ -334,6 +354,10 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 		g, err = l.decideSharded(ctx, k, set, n)
 	} else {
 		g, err = l.strict.Allow(ctx, k.key, k.pol.limit, n)
+		if err == nil && g.Shards > 0 {
+			// Another node split the key: decide as the fleet does.
+			g, err = l.decideSharded(ctx, k, k.adopt(g, l.now()), n)
+		}
 	}
 	cancel()
 	if now == noTime {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/sketch"
 )
 
 // A hot Strict key is split into shards in Redis: Config.HotKeyShards
@@ -14,11 +15,23 @@ import (
 // key's round trips spread over every master instead of queueing on the
 // one that owns it. Decisions go round-robin over the shards, which
 // spends them evenly, and a refused one tries the next shard before
-// refusing. Strict keys are detected by
-// sampling their requests into a heavy-hitter sketch (internal/sketch);
-// a key not seen hot for minShardedIntervals merges back, after its own
-// key is charged with what the shards had spent, so that the merge hands
-// out no fresh bucket.
+// refusing.
+//
+// Strict keys are detected by sampling their requests into a
+// heavy-hitter sketch (internal/sketch). The split is the fleet's, not
+// the node's: a node that finds a key hot marks it in the store
+// (ShardDirectory.MarkShards) for minShardedIntervals, and renews the
+// mark every interval it still finds it hot; any node that asks the key
+// itself while it is marked is told to use the shards, and does until
+// the mark it was told of runs out. Had each node decided alone, a node
+// on the shards and one on the key would each see the whole limit.
+//
+// The node that splits a key charges each shard with its part of what
+// the key had spent. When the mark lapses, every node merges back, and
+// charges the key with what its shards had spent as it last saw them; the
+// hot nodes also charge it at every renewal. Charges are idempotent (the
+// key shows the largest), so neither the split nor the merge hands out a
+// fresh bucket, however many nodes take part.
 type shardSet struct {
 	keys      []string
 	limit     global.Limit   // each shard's: the policy's, divided
@@ -31,33 +44,59 @@ type shardSet struct {
 // divide is not sharded.
 const minShardTokens = 10
 
-// minShardedIntervals is how long a sharded key stays sharded after it
-// was last seen hot.
+// minShardedIntervals is how long a sharded key stays sharded after a
+// node last found it hot.
 const minShardedIntervals = 10
 
 // newShardSet divides limit over n shards of key, or returns nil if the
-// limit is too small to divide.
-func newShardSet(key string, limit global.Limit, n int) *shardSet {
+// limit is too small to divide, unless force (the fleet has split it
+// already: every node must follow, whatever it would have chosen).
+func newShardSet(key string, limit global.Limit, n int, force bool) *shardSet {
 	burst := limit.Burst
 	if burst == 0 || limit.Algorithm != global.TokenBucket {
 		burst = limit.Limit
 	}
 	per := limit
-	per.Limit = limit.Limit / int64(n)
+	per.Limit = max(1, limit.Limit/int64(n))
 	if limit.Algorithm == global.TokenBucket {
-		per.Burst = burst / int64(n)
+		per.Burst = max(1, burst/int64(n))
 	}
 	capacity := per.Limit
 	if limit.Algorithm == global.TokenBucket {
 		capacity = per.Burst
 	}
-	if per.Limit < minShardTokens || capacity < minShardTokens || per.Validate() != nil {
+	if !force && (per.Limit < minShardTokens || capacity < minShardTokens) || per.Validate() != nil {
 		return nil
 	}
 	set := &shardSet{keys: global.ShardKeys(key, n), limit: per, capacity: capacity, remaining: make([]atomic.Int64, n)}
 	for i := range set.remaining {
 		set.remaining[i].Store(capacity)
 	}
+	return set
+}
+
+// used estimates what the shards have spent, from their last decisions
+// on this node.
+func (set *shardSet) used() int64 {
+	u := int64(0)
+	for i := range set.remaining {
+		u += max(0, set.capacity-set.remaining[i].Load())
+	}
+	return u
+}
+
+// adopt puts k on the shards the fleet split it into, as g said, until
+// the mark g told of runs out, and returns them.
+func (k *keyState) adopt(g global.Decision, now int64) *shardSet {
+	k.shardUntil.Store(now + int64(g.ShardedFor))
+	if set := k.shards.Load(); set != nil && len(set.keys) == g.Shards {
+		return set
+	}
+	set := newShardSet(k.key, k.pol.limit, g.Shards, true)
+	if set == nil { // a limit whose parts are invalid; cannot happen with valid policies
+		set = newShardSet(k.key, k.pol.limit, 1, true)
+	}
+	k.shards.Store(set)
 	return set
 }
 
@@ -80,59 +119,129 @@ func (l *Limiter) decideSharded(ctx context.Context, k *keyState, set *shardSet,
 	return g, err
 }
 
-// shardHot shards the Strict keys the sketch saw hot over the last
-// interval and merges back those not seen hot for a while. Sync loop
-// only.
+// shardHot marks in the store the Strict keys the sketch saw hot over the
+// last interval, or renews their marks, and merges back the keys whose
+// mark has run out, including those a node that never shards was told to
+// put on shards. Sync loop only.
 func (l *Limiter) shardHot(ctx context.Context, now int64) {
 	s := &l.syncs
-	if l.hot == nil || now-s.lastHot < int64(l.cfg.Interval) {
-		return
-	}
-	elapsed := time.Duration(now - s.lastHot)
-	s.lastHot = now
-	for _, h := range l.hot.Hot(elapsed) {
-		v, ok := l.keys.Load(h.Key)
-		if !ok {
-			continue
-		}
-		k := v.(*keyState)
-		if k.pol.Mode != Strict {
-			continue
-		}
-		k.hotAt, k.hotRate = now, h.Rate
-		if k.shards.Load() == nil {
-			if set := newShardSet(k.key, k.pol.limit, l.cfg.HotKeyShards); set != nil {
-				k.shards.Store(set)
-				s.sharded = append(s.sharded, k)
-			}
-		}
+	if l.hot != nil && now-s.lastHot >= int64(l.cfg.Interval) {
+		elapsed := time.Duration(now - s.lastHot)
+		s.lastHot = now
+		l.markHot(ctx, now, l.hot.Hot(elapsed))
 	}
 	keep := s.sharded[:0]
 	for _, k := range s.sharded {
-		if now-k.hotAt <= minShardedIntervals*int64(l.cfg.Interval) && !k.retired.Load() {
+		if now < k.shardUntil.Load() && !k.retired.Load() {
 			keep = append(keep, k)
 			continue
 		}
+		k.listed = false
 		l.unshard(ctx, k)
 	}
 	clear(s.sharded[len(keep):])
 	s.sharded = keep
 }
 
+// markHot marks the hot Strict keys as split, or renews their marks.
+// Sync loop only.
+func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
+	ttl := minShardedIntervals * l.cfg.Interval
+	for _, h := range hot {
+		v, ok := l.keys.Load(h.Key)
+		if !ok || !l.fleets[0].closed.Load() {
+			continue
+		}
+		k := v.(*keyState)
+		if k.pol.Mode != Strict {
+			continue
+		}
+		set := k.shards.Load()
+		spent := int64(0)
+		if set == nil {
+			if newShardSet(k.key, k.pol.limit, l.cfg.HotKeyShards, false) == nil {
+				continue // too small to divide
+			}
+			spent = l.spentOn(ctx, k)
+		}
+		n, err := l.mark(ctx, k, set, ttl)
+		if err != nil {
+			continue
+		}
+		k.hotRate = h.Rate
+		if set == nil {
+			// Charged before requests are sent to them.
+			if set = newShardSet(k.key, k.pol.limit, n, true); set == nil {
+				continue
+			}
+			l.chargeShards(ctx, set, spent)
+			k.shards.Store(set)
+		}
+		k.adopt(global.Decision{Shards: n, ShardedFor: ttl}, now)
+		l.list(k)
+	}
+}
+
+// spentOn reads what k's own Redis key shows spent, deciding nothing.
+func (l *Limiter) spentOn(ctx context.Context, k *keyState) int64 {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
+	defer cancel()
+	d, err := l.strict.Allow(ctx, k.key, k.pol.limit, 0)
+	if err != nil || d.Shards > 0 {
+		return 0 // already split: the shards carry the state
+	}
+	return max(0, k.pol.capacity-d.Remaining)
+}
+
+// chargeShards charges each of the shards a key was just split into with
+// its part of what the key had spent, so that the split hands out no fresh
+// bucket.
+func (l *Limiter) chargeShards(ctx context.Context, set *shardSet, spent int64) {
+	per := spent / int64(len(set.keys))
+	if per <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
+	defer cancel()
+	for _, key := range set.keys {
+		_ = l.dir.ChargeAtLeast(ctx, key, set.limit, per)
+	}
+}
+
+// mark marks k as split in the store, or renews the mark, and charges k's
+// own key with what its shards spent so far, so that the key is charged
+// even if this node is not the one to merge it back first.
+func (l *Limiter) mark(ctx context.Context, k *keyState, set *shardSet, ttl time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
+	defer cancel()
+	n, err := l.dir.MarkShards(ctx, k.key, l.cfg.HotKeyShards, ttl)
+	if err == nil && set != nil {
+		_ = l.dir.ChargeAtLeast(ctx, k.key, k.pol.limit, min(set.used(), k.pol.capacity))
+	}
+	return n, err
+}
+
+// list keeps k among the sharded keys the sync loop watches. Sync loop
+// only.
+func (l *Limiter) list(k *keyState) {
+	if !k.listed {
+		k.listed = true
+		l.syncs.sharded = append(l.syncs.sharded, k)
+	}
+}
+
 // unshard merges k's shards back: k's own key is charged first with what
-// the shards had spent, then decisions go to it again.
+// the shards had spent, then decisions go to it again. If the fleet's
+// mark still stands, the key's first decision finds it and k is put back
+// on the shards.
 func (l *Limiter) unshard(ctx context.Context, k *keyState) {
 	set := k.shards.Load()
 	if set == nil {
 		return
 	}
-	used := int64(0)
-	for i := range set.remaining {
-		used += max(0, set.capacity-set.remaining[i].Load())
-	}
-	if used = min(used, k.pol.capacity); used > 0 && l.fleets[0].closed.Load() {
+	if used := min(set.used(), k.pol.capacity); used > 0 && l.fleets[0].closed.Load() {
 		ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
-		_, _ = l.strict.Allow(ctx, k.key, k.pol.limit, used) // a refusal means it was not idle: nothing to add
+		_ = l.dir.ChargeAtLeast(ctx, k.key, k.pol.limit, used)
 		cancel()
 	}
 	k.shards.Store(nil)

@@ -13,38 +13,89 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // bucketStore is a Strict store in memory: a GCRA bucket per key name, as
-// Redis keeps one per key, on the test's clock. It counts calls per key.
+// Redis keeps one per key, and shard marks, on the test's clock, as
+// global.Redis keeps them. It counts calls per key. Real Redis runs the
+// same contract in global's TestMarkShards and TestChargeAtLeast, and
+// under a fleet in TestStrictShardsFleetWide.
 type bucketStore struct {
 	*scripted
 	clk   *clock.Manual
 	mu    sync.Mutex
 	lims  map[string]*local.Limiter
 	calls map[string]int
+	marks map[string]mark
 }
 
+type mark struct {
+	shards int
+	until  time.Time
+}
+
+var _ hybrid.ShardDirectory = (*bucketStore)(nil)
+
 func newBucketStore() *bucketStore {
-	return &bucketStore{scripted: newScripted(0), lims: map[string]*local.Limiter{}, calls: map[string]int{}}
+	return &bucketStore{scripted: newScripted(0), lims: map[string]*local.Limiter{}, calls: map[string]int{}, marks: map[string]mark{}}
+}
+
+func (s *bucketStore) MarkShards(_ context.Context, key string, shards int, ttl time.Duration) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.marks[key]; ok && s.clk.Now().Before(m.until) {
+		shards = m.shards
+	}
+	s.marks[key] = mark{shards, s.clk.Now().Add(ttl)}
+	return shards, nil
+}
+
+func (s *bucketStore) ChargeAtLeast(_ context.Context, key string, lim global.Limit, used int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, err := s.bucket(key, lim)
+	if err != nil {
+		return err
+	}
+	r, _ := l.AllowN(key, 0)
+	capacity := lim.Burst
+	if capacity == 0 {
+		capacity = lim.Limit
+	}
+	if spent := capacity - r.Remaining; used > spent {
+		_, err = l.AllowN(key, int(min(used-spent, int64(r.Remaining))))
+	}
+	return err
 }
 
 func (s *bucketStore) Allow(_ context.Context, key string, lim global.Limit, n int64) (global.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if m, ok := s.marks[key]; ok && s.clk.Now().Before(m.until) {
+		return global.Decision{Shards: m.shards, ShardedFor: m.until.Sub(s.clk.Now())}, nil
+	}
+	l, err := s.bucket(key, lim)
+	if err != nil {
+		return global.Decision{}, err
+	}
+	s.calls[key]++
+	r, err := l.AllowN(key, int(n))
+	return global.Decision{Allowed: r.Allowed(), Remaining: r.Remaining, RetryAfter: r.RetryAfter}, err
+}
+
+func (s *bucketStore) bucket(key string, lim global.Limit) (*local.Limiter, error) {
 	l := s.lims[key]
 	if l == nil {
 		var err error
 		l, err = local.New(local.Config{Limit: lim.Limit, Window: lim.Window, Burst: lim.Burst, Clock: s.clk})
 		if err != nil {
-			return global.Decision{}, err
+			return nil, err
 		}
 		s.lims[key] = l
 	}
-	s.calls[key]++
-	r, err := l.AllowN(key, int(n))
-	return global.Decision{Allowed: r.Allowed(), Remaining: r.Remaining, RetryAfter: r.RetryAfter}, err
+	return l, nil
 }
 
 func (s *bucketStore) shardCalls(key string) (own int, shards map[string]int) {
@@ -161,4 +212,58 @@ func TestStrictShardMergeNoBurst(t *testing.T) {
 	single, sharded := run(1), run(4)
 	t.Logf("a burst of 1,000 right after the merge: one key admits %d, the merged key %d", single, sharded)
 	assert.LessOrEqual(t, sharded, single+50, "the merged key's bucket holds what the shards had left, not a fresh burst")
+}
+
+// TestStrictShardsFleetWide runs two nodes on one real Redis: a hot
+// tenant's traffic makes node A shard its key, while node B, which sees
+// little of it and never shards on its own (HotKeyRate -1), must follow
+// the fleet's mark onto the shards. Were B to decide on the key itself,
+// the two would each see the whole limit and admit up to twice it.
+func TestStrictShardsFleetWide(t *testing.T) {
+	t.Parallel()
+	const limit = 1000 // per second, burst as much
+	s := redistest.StartServer(t)
+	node := func(name string, hot float64) *hybrid.Limiter {
+		l, err := hybrid.New(hybrid.Config{Node: name, Syncer: redisSyncer(t, s), Interval: 50 * time.Millisecond, HotKeyRate: hot,
+			Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: limit, Window: time.Second}}})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	a, b := node("a", 200), node("b", -1)
+
+	// offer sends rate requests a second to l for d and returns how many
+	// were admitted.
+	offer := func(l *hybrid.Limiter, rate float64, d time.Duration) int {
+		start, sent, admitted := time.Now(), 0, 0
+		for el := time.Duration(0); el < d; el = time.Since(start) {
+			for ; sent < int(el.Seconds()*rate); sent++ {
+				if dec, err := l.Allow("tenant"); err == nil && dec.Allowed() {
+					admitted++
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return admitted
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(a.HotKeys()) == 0 && time.Now().Before(deadline) {
+		offer(a, 1500, 100*time.Millisecond)
+	}
+	require.Len(t, a.HotKeys(), 1, "A sharded the key")
+	offer(a, 1500, 2500*time.Millisecond) // spends the shards' starting burst
+
+	const run = 2 * time.Second
+	var wg sync.WaitGroup
+	var gotA, gotB int
+	wg.Go(func() { gotA = offer(a, 1500, run) })
+	wg.Go(func() { gotB = offer(b, 500, run) })
+	wg.Wait()
+	total := gotA + gotB
+	t.Logf("over %v at 2× the limit: A admitted %d, B %d, together %d against %d", run, gotA, gotB, total, int(limit*run.Seconds()))
+	hot := b.HotKeys()
+	require.Len(t, hot, 1, "B follows the fleet onto the shards")
+	assert.Equal(t, hybrid.DefaultHotKeyShards, hot[0].Shards)
+	assert.LessOrEqual(t, float64(total), 1.05*limit*run.Seconds(), "one limit for the fleet, not one per node")
+	assert.Positive(t, gotB, "B is served")
 }

@@ -74,7 +74,12 @@ func (l *Limiter) collect(now int64) []*keyState {
 		k := v.(*keyState)
 		if k.pol.Mode == Hybrid {
 			s.batch = append(s.batch, k)
-		} else if sweep {
+			return true
+		}
+		if k.shards.Load() != nil {
+			l.list(k) // put on the shards by a decision: watch for the merge
+		}
+		if sweep {
 			l.sweepOther(k)
 		}
 		return true
