@@ -1,0 +1,92 @@
+package metrics_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/metrics"
+)
+
+// generous is a fleet in memory that grants every node what it asks.
+type generous struct{}
+
+func (generous) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
+	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+	for i, u := range req.Keys {
+		resp.Grants[i] = global.Grant{Lease: u.Demand, TTL: 2 * req.Interval, Remaining: 1 << 30, Nodes: 1, Weight: 1}
+	}
+	return resp, nil
+}
+
+// TestCollector drives a key hot on a Limiter and scrapes it: the key's
+// stripes and rate are reported while it is split, and gone once it has
+// merged back.
+func TestCollector(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Unix(1e9, 0))
+	l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: generous{}, Clock: clk, ManualSync: true,
+		HotKeyRate: 1000, HotKeyStripes: 4,
+		Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewCollector(l))
+
+	step := func(n int) {
+		for range n {
+			_, _ = l.Allow("tenant-big")
+		}
+		_, _ = l.Allow("quiet")
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(context.Background()))
+	}
+	for range 5 {
+		step(500) // 5,000/s
+	}
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP hybridlimit_health Link to the fleet: 0 healthy, 1 degraded, 2 emergency.
+# TYPE hybridlimit_health gauge
+hybridlimit_health 0
+# HELP hybridlimit_hot_key_stripes Stripes a hot Hybrid key's lease is split over on this node.
+# TYPE hybridlimit_hot_key_stripes gauge
+hybridlimit_hot_key_stripes{key="tenant-big"} 4
+# HELP hybridlimit_keys Keys the limiter tracks.
+# TYPE hybridlimit_keys gauge
+hybridlimit_keys 2
+# HELP hybridlimit_ladder_factor Part of its share the node may spend: 1 while healthy, less while cut off.
+# TYPE hybridlimit_ladder_factor gauge
+hybridlimit_ladder_factor 1
+`), "hybridlimit_health", "hybridlimit_hot_key_stripes", "hybridlimit_keys", "hybridlimit_ladder_factor"))
+	require.InDelta(t, 5000, value(t, reg, "hybridlimit_hot_key_rate"), 1000, "the rate offered, estimated")
+
+	for range 20 {
+		step(0)
+	}
+	n, err := testutil.GatherAndCount(reg, "hybridlimit_hot_key_stripes", "hybridlimit_hot_key_rate")
+	require.NoError(t, err)
+	require.Zero(t, n, "merged back: no longer reported")
+}
+
+// value gathers reg and returns the one sample of name.
+func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			require.Len(t, mf.Metric, 1)
+			return mf.Metric[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s gathered", name)
+	return 0
+}
