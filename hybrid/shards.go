@@ -23,7 +23,8 @@ import (
 // (ShardDirectory.MarkShards) for minShardedIntervals, and renews the
 // mark every interval it still finds it hot; any node that asks the key
 // itself while it is marked is told to use the shards, and does until
-// the mark it was told of runs out. Had each node decided alone, a node
+// the mark it was told of runs out; then it asks again, deciding nothing,
+// and stays while another node keeps the mark alive. Had each node decided alone, a node
 // on the shards and one on the key would each see the whole limit.
 //
 // The node that splits a key charges each shard with its part of what
@@ -132,7 +133,7 @@ func (l *Limiter) shardHot(ctx context.Context, now int64) {
 	}
 	keep := s.sharded[:0]
 	for _, k := range s.sharded {
-		if now < k.shardUntil.Load() && !k.retired.Load() {
+		if !k.retired.Load() && (now < k.shardUntil.Load() || l.stillMarked(ctx, k, now)) {
 			keep = append(keep, k)
 			continue
 		}
@@ -206,6 +207,23 @@ func (l *Limiter) chargeShards(ctx context.Context, set *shardSet, spent int64) 
 	for _, key := range set.keys {
 		_ = l.dir.ChargeAtLeast(ctx, key, set.limit, per)
 	}
+}
+
+// stillMarked asks the store, deciding nothing, whether k's mark stands
+// past what this node last heard, as it does while another node renews
+// it, and if so keeps k on its shards until the mark's new end.
+func (l *Limiter) stillMarked(ctx context.Context, k *keyState, now int64) bool {
+	if !l.fleets[0].closed.Load() {
+		return true // cannot ask: stay as the fleet last was
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
+	defer cancel()
+	g, err := l.strict.Allow(ctx, k.key, k.pol.limit, 0)
+	if err != nil || g.Shards == 0 {
+		return err != nil
+	}
+	k.adopt(g, now)
+	return true
 }
 
 // mark marks k as split in the store, or renews the mark, and charges k's
