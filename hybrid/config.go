@@ -242,9 +242,10 @@ type Config struct {
 	// into, each with its part of the limit, so that its round trips
 	// spread over a Redis Cluster's masters (a multiple of their number
 	// spreads them evenly). Default DefaultHotKeyShards; 1 never shards.
-	// A limit under 10 per shard is not sharded. Sharding needs a Syncer
-	// that implements ShardDirectory (global.Redis does), which makes
-	// every node of the fleet decide a sharded key on its shards; with
+	// A node does not split a limit under 10 per shard. Sharding needs a
+	// Syncer that implements ShardDirectory (global.Redis does), which
+	// makes every node of the fleet decide a sharded key on its shards,
+	// with the shard count of the mark, whatever its own settings; with
 	// another Syncer, Strict keys are never sharded.
 	HotKeyShards int
 

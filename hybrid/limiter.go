@@ -350,13 +350,19 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.StrictTimeout)
 	var g global.Decision
 	var err error
-	if set := k.shards.Load(); set != nil {
+	set := k.shards.Load()
+	if set != nil && l.now() < k.shardUntil.Load() {
 		g, err = l.decideSharded(ctx, k, set, n)
 	} else {
+		// Not split, or the split this node knows of is due to be
+		// confirmed: the key itself answers with the fleet's mark if it
+		// stands.
 		g, err = l.strict.Allow(ctx, k.key, k.pol.limit, n)
-		if err == nil && g.Shards > 0 {
-			// Another node split the key: decide as the fleet does.
-			g, err = l.decideSharded(ctx, k, k.adopt(g, l.now()), n)
+		switch {
+		case err == nil && g.Shards > 0:
+			g, err = l.decideSharded(ctx, k, k.adopt(g, l.now(), l.cfg.Interval), n)
+		case err == nil && set != nil:
+			l.mergeShards(ctx, k, set) // the mark is gone: every node is back on the key
 		}
 	}
 	cancel()

@@ -38,6 +38,7 @@ type shardSet struct {
 	limit     global.Limit   // each shard's: the policy's, divided
 	capacity  int64          // each shard's Burst or Limit
 	remaining []atomic.Int64 // each shard's remaining at its last decision
+	seen      []atomic.Int64 // when, on the Limiter's clock
 	next      atomic.Uint32  // round-robin over the shards
 }
 
@@ -69,36 +70,50 @@ func newShardSet(key string, limit global.Limit, n int, force bool) *shardSet {
 	if !force && (per.Limit < minShardTokens || capacity < minShardTokens) || per.Validate() != nil {
 		return nil
 	}
-	set := &shardSet{keys: global.ShardKeys(key, n), limit: per, capacity: capacity, remaining: make([]atomic.Int64, n)}
+	set := &shardSet{keys: global.ShardKeys(key, n), limit: per, capacity: capacity,
+		remaining: make([]atomic.Int64, n), seen: make([]atomic.Int64, n)}
 	for i := range set.remaining {
 		set.remaining[i].Store(capacity)
 	}
 	return set
 }
 
-// used estimates what the shards have spent, from their last decisions
-// on this node.
-func (set *shardSet) used() int64 {
+// used estimates what the shards have spent at now: from each shard's
+// remaining at this node's last decision on it, less what the shard has
+// refilled since at its rate. A sliding window empties no faster than
+// that, so the estimate errs toward charging more, by at most one
+// window's refill.
+func (set *shardSet) used(now int64) int64 {
+	perNs := float64(set.limit.Limit) / float64(set.limit.Window)
 	u := int64(0)
 	for i := range set.remaining {
-		u += max(0, set.capacity-set.remaining[i].Load())
+		spent := set.capacity - set.remaining[i].Load()
+		refilled := int64(perNs * float64(now-set.seen[i].Load()))
+		u += max(0, spent-refilled)
 	}
 	return u
 }
 
-// adopt puts k on the shards the fleet split it into, as g said, until
-// the mark g told of runs out, and returns them.
-func (k *keyState) adopt(g global.Decision, now int64) *shardSet {
-	k.shardUntil.Store(now + int64(g.ShardedFor))
+// adopt puts k on the shards the fleet split it into, as g said, and
+// returns them. k stays on them for at most one and a half intervals
+// (less if the mark ends sooner) before the mark is confirmed again: the
+// hot nodes renew it every interval, and a mark lost with a Redis
+// restart, or renewed with another shard count, is noticed within that
+// time, not after the whole mark.
+func (k *keyState) adopt(g global.Decision, now int64, interval time.Duration) *shardSet {
+	k.shardUntil.Store(now + int64(min(g.ShardedFor, interval*3/2)))
 	if set := k.shards.Load(); set != nil && len(set.keys) == g.Shards {
 		return set
 	}
-	set := newShardSet(k.key, k.pol.limit, g.Shards, true)
-	if set == nil { // a limit whose parts are invalid; cannot happen with valid policies
-		set = newShardSet(k.key, k.pol.limit, 1, true)
-	}
+	set := newShardSet(k.key, k.pol.limit, g.Shards, true) // never nil when forced
 	k.shards.Store(set)
 	return set
+}
+
+// saw records shard i's remaining at now.
+func (set *shardSet) saw(i int, remaining, now int64) {
+	set.remaining[i].Store(remaining)
+	set.seen[i].Store(now)
 }
 
 // decideSharded decides a Strict request on a sharded key: the next shard
@@ -107,12 +122,12 @@ func (l *Limiter) decideSharded(ctx context.Context, k *keyState, set *shardSet,
 	i := int(set.next.Add(1) % uint32(len(set.keys)))
 	g, err := l.strict.Allow(ctx, set.keys[i], set.limit, n)
 	if err == nil {
-		set.remaining[i].Store(g.Remaining)
+		set.saw(i, g.Remaining, l.now())
 	}
 	if err == nil && !g.Allowed && g.RetryAfter >= 0 && len(set.keys) > 1 {
 		j := (i + 1) % len(set.keys)
 		if g2, err2 := l.strict.Allow(ctx, set.keys[j], set.limit, n); err2 == nil {
-			set.remaining[j].Store(g2.Remaining)
+			set.saw(j, g2.Remaining, l.now())
 			g = g2
 		}
 	}
@@ -158,27 +173,31 @@ func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 			continue
 		}
 		set := k.shards.Load()
+		if set == nil && newShardSet(k.key, k.pol.limit, l.cfg.HotKeyShards, false) == nil {
+			continue // too small to divide
+		}
+		// What the key, or the shards it was on, had spent, read before
+		// the mark sends decisions elsewhere.
 		spent := int64(0)
 		if set == nil {
-			if newShardSet(k.key, k.pol.limit, l.cfg.HotKeyShards, false) == nil {
-				continue // too small to divide
-			}
 			spent = l.spentOn(ctx, k)
+		} else {
+			spent = set.used(now)
 		}
 		n, err := l.mark(ctx, k, set, ttl)
 		if err != nil {
 			continue
 		}
 		k.hotRate = h.Rate
-		if set == nil {
-			// Charged before requests are sent to them.
-			if set = newShardSet(k.key, k.pol.limit, n, true); set == nil {
-				continue
-			}
+		if set == nil || len(set.keys) != n {
+			// A new split, or the fleet's mark has another count (it was
+			// lost and set again by a node with other settings): the new
+			// shards are charged before requests are sent to them.
+			set = newShardSet(k.key, k.pol.limit, n, true)
 			l.chargeShards(ctx, set, spent)
 			k.shards.Store(set)
 		}
-		k.adopt(global.Decision{Shards: n, ShardedFor: ttl}, now)
+		k.adopt(global.Decision{Shards: n, ShardedFor: ttl}, now, l.cfg.Interval)
 		l.list(k)
 	}
 }
@@ -222,7 +241,7 @@ func (l *Limiter) stillMarked(ctx context.Context, k *keyState, now int64) bool 
 	if err != nil || g.Shards == 0 {
 		return err != nil
 	}
-	k.adopt(g, now)
+	k.adopt(g, now, l.cfg.Interval)
 	return true
 }
 
@@ -234,7 +253,7 @@ func (l *Limiter) mark(ctx context.Context, k *keyState, set *shardSet, ttl time
 	defer cancel()
 	n, err := l.dir.MarkShards(ctx, k.key, l.cfg.HotKeyShards, ttl)
 	if err == nil && set != nil {
-		_ = l.dir.ChargeAtLeast(ctx, k.key, k.pol.limit, min(set.used(), k.pol.capacity))
+		_ = l.dir.ChargeAtLeast(ctx, k.key, k.pol.limit, min(set.used(l.now()), k.pol.capacity))
 	}
 	return n, err
 }
@@ -251,17 +270,24 @@ func (l *Limiter) list(k *keyState) {
 // unshard merges k's shards back: k's own key is charged first with what
 // the shards had spent, then decisions go to it again. If the fleet's
 // mark still stands, the key's first decision finds it and k is put back
-// on the shards.
+// on the shards. Sync loop only.
 func (l *Limiter) unshard(ctx context.Context, k *keyState) {
-	set := k.shards.Load()
-	if set == nil {
+	if set := k.shards.Load(); set != nil {
+		l.mergeShards(ctx, k, set)
+	}
+	k.hotRate = 0
+}
+
+// mergeShards takes k off set, charging k's own key with what the shards
+// had spent as this node last saw them, less what has refilled since. Any
+// goroutine; only the first to take k off set charges.
+func (l *Limiter) mergeShards(ctx context.Context, k *keyState, set *shardSet) {
+	if !k.shards.CompareAndSwap(set, nil) {
 		return
 	}
-	if used := min(set.used(), k.pol.capacity); used > 0 && l.fleets[0].closed.Load() {
+	if used := min(set.used(l.now()), k.pol.capacity); used > 0 && l.fleets[0].closed.Load() {
 		ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
 		_ = l.dir.ChargeAtLeast(ctx, k.key, k.pol.limit, used)
 		cancel()
 	}
-	k.shards.Store(nil)
-	k.hotRate = 0
 }

@@ -275,3 +275,49 @@ func TestStrictShardsFleetWide(t *testing.T) {
 	assert.LessOrEqual(t, float64(total), 1.05*limit*run.Seconds(), "one limit for the fleet, not one per node")
 	assert.Positive(t, gotB, "B is served")
 }
+
+// TestShardMarkLost wipes the store (a Redis restarted empty) while node
+// B follows node A's mark: B must be back on the key itself within two
+// intervals, not after the ten the mark had left, or B on the shards and
+// any other node on the key would each see the whole limit.
+func TestShardMarkLost(t *testing.T) {
+	t.Parallel()
+	store := newBucketStore()
+	clk := clock.NewManual(epoch)
+	store.clk = clk
+	node := func(name string, hot float64) *hybrid.Limiter {
+		l, err := hybrid.New(hybrid.Config{Node: name, Syncer: store, Clock: clk, ManualSync: true, Interval: 100 * time.Millisecond,
+			HotKeyRate: hot, Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: 4000, Window: time.Second}}})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	a, b := node("a", 100), node("b", -1)
+	step := func(offer map[*hybrid.Limiter]int) {
+		for l, n := range offer {
+			for range n {
+				_, _ = l.Allow("k")
+			}
+		}
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, a.SyncOnce(context.Background()))
+		require.NoError(t, b.SyncOnce(context.Background()))
+	}
+	for range 5 {
+		step(map[*hybrid.Limiter]int{a: 300, b: 10})
+	}
+	require.Len(t, b.HotKeys(), 1, "B follows A's mark")
+
+	store.mu.Lock()
+	clear(store.marks) // Redis restarted empty; A has gone quiet
+	store.mu.Unlock()
+	for range 2 {
+		step(map[*hybrid.Limiter]int{b: 10})
+	}
+	assert.Empty(t, b.HotKeys(), "B is back on the key within two intervals")
+	own, _ := store.shardCalls("k")
+	_, err := b.Allow("k")
+	require.NoError(t, err)
+	own2, _ := store.shardCalls("k")
+	assert.Equal(t, own+1, own2, "and decides there")
+}

@@ -17,27 +17,36 @@ import (
 // decisions) or given back, since the key's hot fields share its cache
 // line. A request takes from its P's stripe (stripe P id mod count, so
 // with at least as many stripes as Ps no two Ps share one) and, when that
-// stripe is short, from any other that holds enough, before it counts as short of
-// lease: so striping costs no false rejection. Each sync shares the new
-// allowance out by what each stripe spent, which gives the stripes of
-// busy Ps what the others did not use.
+// stripe is short, from any other that holds enough, before it counts as
+// short of lease: a request for one token is refused only when the whole
+// lease is spent. Each sync shares the new allowance out by what each P
+// asked for, which gives the stripes of busy Ps what the others did not
+// use.
 //
 // Spent is counted per word; the key's spent is their wrapping sum, plus
 // what stripes merged back had spent (keyState.folded). Allowance moves
-// between words when the key is split or merged back, never appears or
-// vanishes, so neither costs a burst nor a loss.
+// between words only in the sync loop, when the key is split, granted or
+// merged back, and a request's take is one compare-and-swap on one word,
+// so allowance never appears or vanishes: neither costs a burst nor a
+// loss.
 type stripeSet struct {
 	s    []stripe // the stripes
 	s0   []uint32 // the sync loop's marks: spent of each word, 0 being the key's
 	now  []uint32 // the sync loop's scratch for grantStriped, as s0
 	prev []uint32 // spent of each word at the last grant, as s0
+
+	credit, creditPrev []int64 // each stripe's credit now and at the last grant
 }
 
 type stripe struct {
 	word atomic.Uint64
 	low  atomic.Int64 // allowance below which this stripe asks for an early sync; 0 for none
 	rest atomic.Int64 // what the other stripes were given at the last grant
-	_    [104]byte    // stripes 128 bytes apart never share a cache line
+	// credit is what this stripe's P took from other stripes, less what
+	// other Ps took from this one: spending counts where it was taken,
+	// and credit moves the demand to the P that made it, for the grant.
+	credit atomic.Int64
+	_      [96]byte // stripes 128 bytes apart never share a cache line
 }
 
 // count is how many stripes hold the key's allowance.
@@ -65,13 +74,16 @@ func takeWord(w *atomic.Uint64, n int64) (left int64, ok bool) {
 	}
 }
 
-// takeStriped takes n from this P's stripe. When that stripe is short it
-// moves half of another stripe's allowance (at least n) to its own and
-// takes from there, so striping refuses only what the whole lease would,
-// and the spending is counted on the stripe of the P that admitted it:
-// taking from the other stripe directly would credit that stripe with
-// this P's demand, the next grant would then give it more, and one stripe
-// would end up serving every P.
+// takeStriped takes n from this P's stripe or, when that is short, from
+// the first other stripe that holds n, so striping refuses a request only
+// when no single word of the lease holds it (a request for n > 1 can thus
+// be refused while the stripes together hold n: see docs/hotkeys.md).
+// Every take is one compare-and-swap on one word, so neither a grant nor
+// a merge running at the same time can make or lose allowance. A take
+// from another stripe is credited to this P's stripe and debited from the
+// lender's, so that the next grant gives the allowance to the P that
+// wanted it: weighting by spending alone would give the lender more, and
+// one stripe would end up serving every P.
 //
 // left estimates the key's whole allowance: the stripe's, plus what the
 // others were given at the last grant. early reports that the stripe has
@@ -81,41 +93,25 @@ func takeWord(w *atomic.Uint64, n int64) (left int64, ok bool) {
 // does not ask too soon.
 func (k *keyState) takeStriped(set *stripeSet, n int64) (left int64, ok, early bool) {
 	c := uint32(len(set.s))
-	home := &set.s[uint32(proc.ID())%c]
-	mine, ok := takeWord(&home.word, n)
-	for j := uint32(1); !ok && j < c; j++ {
-		got := stealHalf(&set.s[(uint32(proc.ID())+j)%c].word, n)
-		if got == 0 {
-			continue
-		}
-		addAllowance(&home.word, got)
-		mine, ok = takeWord(&home.word, n)
+	i := uint32(proc.ID()) % c
+	home := &set.s[i]
+	if left, ok = takeWord(&home.word, n); ok {
+		return left + home.rest.Load(), true, left < home.low.Load()
 	}
-	if !ok {
-		// The key's own word holds what was given back since the last
-		// grant, and, for a moment at the split, all the allowance.
-		if left, ok = takeWord(&k.word, n); ok {
-			return left, true, true
-		}
-		return k.allowance(), false, false
-	}
-	return mine + home.rest.Load(), true, mine < home.low.Load()
-}
-
-// stealHalf moves half of w's allowance, and at least n, out of w if w
-// holds n, and returns how much it moved. What w has spent stays.
-func stealHalf(w *atomic.Uint64, n int64) int64 {
-	for {
-		v := w.Load()
-		a := allowanceOf(v)
-		if a < max(n, 1) {
-			return 0
-		}
-		m := max(n, a/2)
-		if w.CompareAndSwap(v, v-uint64(m)) {
-			return m
+	for j := uint32(1); j < c; j++ {
+		lender := &set.s[(i+j)%c]
+		if _, ok = takeWord(&lender.word, n); ok {
+			home.credit.Add(n)
+			lender.credit.Add(-n)
+			return home.rest.Load(), true, true
 		}
 	}
+	// The key's own word holds what was given back since the last grant,
+	// and, for a moment at the split, all the allowance.
+	if left, ok = takeWord(&k.word, n); ok {
+		return left, true, true
+	}
+	return k.allowance(), false, false
 }
 
 // spent is what the node has spent on the key, wrapping: every stripe's,
@@ -165,20 +161,24 @@ func (k *keyState) markSpent() uint32 {
 // passes pays for it from its own part. Each stripe's low-water mark is
 // its part of low, the key's.
 func (k *keyState) grantStriped(set *stripeSet, lease, low int64) {
+	// What was given back goes with the new lease; drained first, so that
+	// nothing is spent from it that the lease below does not count.
+	drain(&k.word)
 	words := len(set.s0)
 	now := set.now
 	spent, weight := int64(0), int64(0)
 	for i := range words {
 		now[i] = spentOf(k.wordAt(set, i).Load())
 		spent += int64(now[i] - set.s0[i])
-		if i > 0 {
-			weight += int64(now[i]-set.prev[i]) + 1
-		}
+	}
+	for i := range set.s {
+		set.credit[i] = set.s[i].credit.Load()
+		weight += k.demandOf(set, i)
 	}
 	total := max(0, lease-spent)
 	given := int64(0)
 	for i := 1; i < words; i++ {
-		target := mulDiv(total, int64(now[i]-set.prev[i])+1, weight)
+		target := mulDiv(total, k.demandOf(set, i-1), weight)
 		if i == words-1 {
 			target = total - given // the rounding goes to the last
 		}
@@ -199,7 +199,15 @@ func (k *keyState) grantStriped(set *stripeSet, lease, low int64) {
 		}
 	}
 	copy(set.prev, now)
-	drain(&k.word) // what was given back to it goes with the new lease
+	copy(set.creditPrev, set.credit)
+}
+
+// demandOf is what stripe i's P asked of the lease since the last grant,
+// plus one so that an idle stripe keeps a little: what it spent, moved by
+// its credit to the P that took it. Sync loop only.
+func (k *keyState) demandOf(set *stripeSet, i int) int64 {
+	spent := int64(set.now[i+1] - set.prev[i+1])
+	return max(0, spent+set.credit[i]-set.creditPrev[i]) + 1
 }
 
 // mulDiv is a×b/c for 0 ≤ a and 0 < b ≤ c, exact where a×b would
@@ -239,7 +247,8 @@ func (k *keyState) split(c int) {
 	if c < 2 || k.stripes.Load() != nil {
 		return
 	}
-	set := &stripeSet{s: make([]stripe, c), s0: make([]uint32, c+1), now: make([]uint32, c+1), prev: make([]uint32, c+1)}
+	set := &stripeSet{s: make([]stripe, c), s0: make([]uint32, c+1), now: make([]uint32, c+1), prev: make([]uint32, c+1),
+		credit: make([]int64, c), creditPrev: make([]int64, c)}
 	k.stripes.Store(set)
 	a, _ := drain(&k.word)
 	per, rem := a/int64(c), a%int64(c)
@@ -290,7 +299,7 @@ type HotKey struct {
 	Key     string
 	Stripes int
 	Shards  int
-	Rate    float64 // requests per second offered to this node, estimated
+	Rate    float64 // requests per second offered to this node, estimated; 0 for a Strict key this node only follows onto shards
 }
 
 // HotKeys returns the keys split now, busiest first.
