@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,12 +234,20 @@ func TestStrictShardsFleetWide(t *testing.T) {
 	a, b := node("a", 200), node("b", -1)
 
 	// offer sends rate requests a second to l for d and returns how many
-	// were admitted.
+	// Redis admitted. Decisions a timed-out round trip left to the
+	// node's fail-static bucket (a loaded machine) are the outage
+	// model's, not the shards', and are counted apart.
+	var degraded atomic.Int64
 	offer := func(l *hybrid.Limiter, rate float64, d time.Duration) int {
 		start, sent, admitted := time.Now(), 0, 0
 		for el := time.Duration(0); el < d; el = time.Since(start) {
 			for ; sent < int(el.Seconds()*rate); sent++ {
-				if dec, err := l.Allow("tenant"); err == nil && dec.Allowed() {
+				dec, err := l.Allow("tenant")
+				switch {
+				case err != nil || !dec.Allowed():
+				case dec.Degraded():
+					degraded.Add(1)
+				default:
 					admitted++
 				}
 			}
@@ -253,10 +262,22 @@ func TestStrictShardsFleetWide(t *testing.T) {
 	require.Len(t, a.HotKeys(), 1, "A sharded the key")
 	offer(a, 1500, 2500*time.Millisecond) // spends the shards' starting burst
 
+	// A loaded machine may not have spent it all: what the shards still
+	// hold may be admitted on top of the rate.
+	r := redisSyncer(t, s)
+	per := global.Limit{Limit: limit / hybrid.DefaultHotKeyShards, Window: time.Second}
+	left := int64(0)
+	for _, key := range global.ShardKeys("tenant", hybrid.DefaultHotKeyShards) {
+		d, err := r.Allow(context.Background(), key, per, 0)
+		require.NoError(t, err)
+		left += d.Remaining
+	}
+
 	const run = 2 * time.Second
 	var wg sync.WaitGroup
 	var gotA, gotB int
 	var hot [][]hybrid.HotKey // B's, sampled over the run
+	start := time.Now()
 	wg.Go(func() { gotA = offer(a, 1500, run) })
 	wg.Go(func() { gotB = offer(b, 500, run) })
 	wg.Go(func() {
@@ -266,13 +287,17 @@ func TestStrictShardsFleetWide(t *testing.T) {
 		}
 	})
 	wg.Wait()
+	// On a loaded machine the two runs end late, and the shards refill
+	// meanwhile: the limit holds over the time they took.
+	took := time.Since(start)
 	total := gotA + gotB
-	t.Logf("over %v at 2× the limit: A admitted %d, B %d, together %d against %d", run, gotA, gotB, total, int(limit*run.Seconds()))
+	t.Logf("over %v at 2× the limit: A admitted %d, B %d, together %d against %d and %d the shards held at the start (and %d by fail-static buckets, over the whole test)",
+		took.Round(time.Millisecond), gotA, gotB, total, int(limit*took.Seconds()), left, degraded.Load())
 	for i, h := range hot {
 		require.Len(t, h, 1, "B follows the fleet onto the shards, sample %d", i)
 		assert.Equal(t, hybrid.DefaultHotKeyShards, h[0].Shards)
 	}
-	assert.LessOrEqual(t, float64(total), 1.05*limit*run.Seconds(), "one limit for the fleet, not one per node")
+	assert.LessOrEqual(t, float64(total), 1.05*(limit*took.Seconds()+float64(left)), "one limit for the fleet, not one per node")
 	assert.Positive(t, gotB, "B is served")
 }
 
