@@ -138,19 +138,49 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 			problem(w, http.StatusInternalServerError, problemBody{Type: "about:blank", Title: "rate limiting failed", Detail: err.Error()})
 		}
 	}
+	h := handler{cfg: cfg, prep: make([]prepared, len(cfg.Limits))}
+	for i, l := range cfg.Limits {
+		h.prep[i] = prepared{
+			name:   strconv.AppendQuote(nil, l.Name),
+			window: strconv.AppendInt([]byte(";w="), int64(math.Ceil(l.Window.Seconds())), 10),
+			refusal: problemJSON(http.StatusTooManyRequests, problemBody{
+				Type:     "https://iana.org/assignments/http-problem-types#quota-exceeded",
+				Title:    "Request cannot be satisfied as assigned quota has been exceeded",
+				Detail:   fmt.Sprintf("the %q quota is spent; retry later", l.Name),
+				Violated: []string{l.Name},
+			}),
+		}
+	}
+	h.unavailable = problemJSON(http.StatusServiceUnavailable, problemBody{
+		Type:   "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",
+		Title:  "Service capacity is temporarily reduced",
+		Detail: "the rate limiter cannot reach the rest of its fleet and admits less than usual; retry later",
+	})
 	return func(next http.Handler) http.Handler {
-		return &handler{cfg: cfg, next: next}
+		hh := h
+		hh.next = next
+		return &hh
 	}, nil
 }
 
 type handler struct {
-	cfg  Config
-	next http.Handler
+	cfg         Config
+	prep        []prepared // per limit, what every response about it repeats
+	unavailable []byte     // the 503 body
+	next        http.Handler
+}
+
+// prepared is what New works out once for a Limit, so that requests do
+// not: its quoted name and ";w=" part for the header fields, and its
+// refusal's body.
+type prepared struct {
+	name, window []byte
+	refusal      []byte
 }
 
 // taken is one limit's part in a request: what it decided.
 type taken struct {
-	lim *Limit
+	i   int // the limit's index in Config.Limits
 	res hybrid.Reservation
 }
 
@@ -186,10 +216,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if !res.OK() {
 			undo()
-			h.refuse(w, taken{l, res}, took)
+			h.refuse(w, taken{i, res}, took)
 			return
 		}
-		took = append(took, taken{l, res})
+		took = append(took, taken{i, res})
 	}
 	h.headers(w, took, nil)
 	h.next.ServeHTTP(w, r)
@@ -198,28 +228,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // refuse answers a request that one limit refused, after passed did not.
 func (h *handler) refuse(w http.ResponseWriter, refused taken, passed []taken) {
 	h.headers(w, passed, &refused)
-	l := refused.lim
 	if delay := refused.res.Delay(); delay != hybrid.Never && delay > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(delay.Seconds())), 10))
 	}
 	if h.cfg.UnavailableWhenDegraded && h.cfg.Limiter.Health().Level != partition.Healthy {
-		problem(w, http.StatusServiceUnavailable, problemBody{
-			Type:   "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",
-			Title:  "Service capacity is temporarily reduced",
-			Detail: "the rate limiter cannot reach the rest of its fleet and admits less than usual; retry later",
-		})
+		writeProblem(w, http.StatusServiceUnavailable, h.unavailable)
 		return
 	}
-	problem(w, http.StatusTooManyRequests, problemBody{
-		Type:     "https://iana.org/assignments/http-problem-types#quota-exceeded",
-		Title:    "Request cannot be satisfied as assigned quota has been exceeded",
-		Detail:   fmt.Sprintf("the %q quota is spent; retry later", l.Name),
-		Violated: []string{l.Name},
-	})
+	writeProblem(w, http.StatusTooManyRequests, h.prep[refused.i].refusal)
 }
 
 // headers writes the header fields for the limits a request passed, and
-// the one that refused it, if any (with nothing remaining).
+// the one that refused it, if any (with nothing remaining). Header names
+// are written in Go's canonical form, which Header.Set would otherwise
+// rewrite on every request.
 func (h *handler) headers(w http.ResponseWriter, passed []taken, refused *taken) {
 	all := passed
 	if refused != nil {
@@ -228,46 +250,38 @@ func (h *handler) headers(w http.ResponseWriter, passed []taken, refused *taken)
 	if h.cfg.Headers == NoHeaders || len(all) == 0 {
 		return
 	}
-	type state struct {
-		name                string
-		window              int64 // seconds
-		quota, left, tReset int64
-	}
-	var buf [4]state
-	st := buf[:0]
+	draft := h.cfg.Headers == DraftHeaders || h.cfg.Headers == BothHeaders
+	var polBuf, curBuf [256]byte
+	pol, cur := polBuf[:0], curBuf[:0]
+	var tight struct{ quota, left, reset int64 } // the limit with least left, for the legacy fields
 	for i, t := range all {
 		d, _ := t.res.Decision()
-		left := d.Remaining()
+		left, reset := d.Remaining(), int64(math.Ceil(d.ResetAfter().Seconds()))
 		if refused != nil && i == len(all)-1 {
 			left = 0
 		}
-		st = append(st, state{t.lim.Name, int64(math.Ceil(t.lim.Window.Seconds())), d.Limit(), left, int64(math.Ceil(d.ResetAfter().Seconds()))})
+		if i == 0 || left < tight.left {
+			tight.quota, tight.left, tight.reset = d.Limit(), left, reset
+		}
+		if !draft {
+			continue
+		}
+		if i > 0 {
+			pol, cur = append(pol, ", "...), append(cur, ", "...)
+		}
+		p := &h.prep[t.i]
+		pol = append(strconv.AppendInt(append(append(pol, p.name...), ";q="...), d.Limit(), 10), p.window...)
+		cur = strconv.AppendInt(append(strconv.AppendInt(append(append(cur, p.name...), ";r="...), left, 10), ";t="...), reset, 10)
 	}
 	hd := w.Header()
-	if h.cfg.Headers == DraftHeaders || h.cfg.Headers == BothHeaders {
-		var pol, cur []byte
-		for i, s := range st {
-			if i > 0 {
-				pol, cur = append(pol, ", "...), append(cur, ", "...)
-			}
-			pol = strconv.AppendInt(append(strconv.AppendQuote(pol, s.name), ";q="...), s.quota, 10)
-			pol = strconv.AppendInt(append(pol, ";w="...), s.window, 10)
-			cur = strconv.AppendInt(append(strconv.AppendQuote(cur, s.name), ";r="...), s.left, 10)
-			cur = strconv.AppendInt(append(cur, ";t="...), s.tReset, 10)
-		}
-		hd.Set("RateLimit-Policy", string(pol))
-		hd.Set("RateLimit", string(cur))
+	if draft {
+		hd.Set("Ratelimit-Policy", string(pol))
+		hd.Set("Ratelimit", string(cur))
 	}
 	if h.cfg.Headers == LegacyHeaders || h.cfg.Headers == BothHeaders {
-		tight := st[0]
-		for _, s := range st[1:] {
-			if s.left < tight.left {
-				tight = s
-			}
-		}
-		hd.Set("X-RateLimit-Limit", strconv.FormatInt(tight.quota, 10))
-		hd.Set("X-RateLimit-Remaining", strconv.FormatInt(tight.left, 10))
-		hd.Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Unix()+tight.tReset, 10))
+		hd.Set("X-Ratelimit-Limit", strconv.FormatInt(tight.quota, 10))
+		hd.Set("X-Ratelimit-Remaining", strconv.FormatInt(tight.left, 10))
+		hd.Set("X-Ratelimit-Reset", strconv.FormatInt(time.Now().Unix()+tight.reset, 10))
 	}
 }
 
@@ -280,10 +294,22 @@ type problemBody struct {
 	Violated []string `json:"violated-policies,omitempty"`
 }
 
+// problem writes p as the response, with status.
 func problem(w http.ResponseWriter, status int, p problemBody) {
+	writeProblem(w, status, problemJSON(status, p))
+}
+
+// problemJSON encodes p with status.
+func problemJSON(status int, p problemBody) []byte {
 	p.Status = status
+	b, _ := json.Marshal(p) // strings and ints only: cannot fail
+	return append(b, '\n')
+}
+
+// writeProblem writes an encoded problem body as the response.
+func writeProblem(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(p)
+	_, _ = w.Write(body)
 }

@@ -36,7 +36,7 @@ func server(t *testing.T, lim *hybrid.Limiter, cfg httplimit.Config) *httptest.S
 	return srv
 }
 
-func localLimiter(t *testing.T, policies ...hybrid.Policy) *hybrid.Limiter {
+func localLimiter(t testing.TB, policies ...hybrid.Policy) *hybrid.Limiter {
 	t.Helper()
 	for i := range policies {
 		policies[i].Mode = hybrid.Local
@@ -215,6 +215,29 @@ func TestLegacyHeaders(t *testing.T) {
 	require.NoError(t, err)
 	assert.InDelta(t, time.Now().Unix()+6, reset, 2, "epoch seconds: a token back in 6 s")
 	assert.Empty(t, resp.Header.Get("RateLimit"))
+}
+
+// TestBothHeadersTightest sends both sets of fields for two limits: the
+// draft's list both, the legacy fields the one with least left, here the
+// second.
+func TestBothHeadersTightest(t *testing.T) {
+	t.Parallel()
+	lim := localLimiter(t,
+		hybrid.Policy{Name: "key", Prefix: "key:", Limit: 10, Window: time.Minute},
+		hybrid.Policy{Name: "ip", Prefix: "ip:", Limit: 4, Window: time.Hour},
+	)
+	srv := server(t, lim, httplimit.Config{Headers: httplimit.BothHeaders, Limits: []httplimit.Limit{
+		{Name: "key", Key: httplimit.Header("X-API-Key")},
+		{Name: "ip", Key: httplimit.IP()},
+	}})
+	resp := get(t, srv, "X-API-Key", "k")
+	require.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "4", resp.Header.Get("X-RateLimit-Limit"), "the ip limit, with 3 left against the key's 9")
+	assert.Equal(t, "3", resp.Header.Get("X-RateLimit-Remaining"))
+	both := parse(t, limitItem, resp.Header.Get("RateLimit"))
+	assert.Equal(t, int64(9), both["key"][0])
+	assert.Equal(t, int64(3), both["ip"][0])
+	assert.Equal(t, [2]int64{4, 3600}, parse(t, policyItem, resp.Header.Get("RateLimit-Policy"))["ip"])
 }
 
 // down is a fleet that cannot be reached.

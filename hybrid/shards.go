@@ -50,26 +50,33 @@ const minShardTokens = 10
 // node last found it hot.
 const minShardedIntervals = 10
 
-// newShardSet divides limit over n shards of key, or returns nil if the
-// limit is too small to divide, unless force (the fleet has split it
-// already: every node must follow, whatever it would have chosen).
-func newShardSet(key string, limit global.Limit, n int, force bool) *shardSet {
+// splitLimit is each of n shards' part of limit, and its capacity (its
+// Burst, or its Limit for a sliding window). A part is never below one.
+func splitLimit(limit global.Limit, n int) (per global.Limit, capacity int64) {
+	per = limit
+	per.Limit = max(1, limit.Limit/int64(n))
+	if limit.Algorithm != global.TokenBucket {
+		return per, per.Limit
+	}
 	burst := limit.Burst
-	if burst == 0 || limit.Algorithm != global.TokenBucket {
+	if burst == 0 {
 		burst = limit.Limit
 	}
-	per := limit
-	per.Limit = max(1, limit.Limit/int64(n))
-	if limit.Algorithm == global.TokenBucket {
-		per.Burst = max(1, burst/int64(n))
-	}
-	capacity := per.Limit
-	if limit.Algorithm == global.TokenBucket {
-		capacity = per.Burst
-	}
-	if !force && (per.Limit < minShardTokens || capacity < minShardTokens) || per.Validate() != nil {
-		return nil
-	}
+	per.Burst = max(1, burst/int64(n))
+	return per, per.Burst
+}
+
+// divisible reports whether a node may split limit into n shards itself:
+// each must hold at least minShardTokens. A node told by the fleet's mark
+// to use shards does so whatever this says.
+func divisible(limit global.Limit, n int) bool {
+	per, capacity := splitLimit(limit, n)
+	return per.Limit >= minShardTokens && capacity >= minShardTokens
+}
+
+// newShardSet divides limit over n shards of key.
+func newShardSet(key string, limit global.Limit, n int) *shardSet {
+	per, capacity := splitLimit(limit, n)
 	set := &shardSet{keys: global.ShardKeys(key, n), limit: per, capacity: capacity,
 		remaining: make([]atomic.Int64, n), seen: make([]atomic.Int64, n)}
 	for i := range set.remaining {
@@ -105,7 +112,7 @@ func (k *keyState) adopt(g global.Decision, now int64, interval time.Duration) *
 	if set := k.shards.Load(); set != nil && len(set.keys) == g.Shards {
 		return set
 	}
-	set := newShardSet(k.key, k.pol.limit, g.Shards, true) // never nil when forced
+	set := newShardSet(k.key, k.pol.limit, g.Shards)
 	k.shards.Store(set)
 	return set
 }
@@ -173,27 +180,36 @@ func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 			continue
 		}
 		set := k.shards.Load()
-		if set == nil && newShardSet(k.key, k.pol.limit, l.cfg.HotKeyShards, false) == nil {
-			continue // too small to divide
+		if set == nil && !divisible(k.pol.limit, l.cfg.HotKeyShards) {
+			continue
 		}
 		// What the key, or the shards it was on, had spent, read before
 		// the mark sends decisions elsewhere.
-		spent := int64(0)
+		var spent int64
 		if set == nil {
-			spent = l.spentOn(ctx, k)
+			if d, err := l.peek(ctx, k); err == nil && d.Shards == 0 {
+				spent = max(0, k.pol.capacity-d.Remaining)
+			}
 		} else {
 			spent = set.used(now)
 		}
-		n, err := l.mark(ctx, k, set, ttl)
+		mctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
+		n, err := l.dir.MarkShards(mctx, k.key, l.cfg.HotKeyShards, ttl)
+		cancel()
 		if err != nil {
 			continue
 		}
 		k.hotRate = h.Rate
+		if set != nil {
+			// Charged at every renewal, so that the key is charged even
+			// if this node is not the first to merge it back.
+			l.chargeKey(ctx, k, spent)
+		}
 		if set == nil || len(set.keys) != n {
 			// A new split, or the fleet's mark has another count (it was
 			// lost and set again by a node with other settings): the new
 			// shards are charged before requests are sent to them.
-			set = newShardSet(k.key, k.pol.limit, n, true)
+			set = newShardSet(k.key, k.pol.limit, n)
 			l.chargeShards(ctx, set, spent)
 			k.shards.Store(set)
 		}
@@ -202,15 +218,21 @@ func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 	}
 }
 
-// spentOn reads what k's own Redis key shows spent, deciding nothing.
-func (l *Limiter) spentOn(ctx context.Context, k *keyState) int64 {
+// peek asks k's own Redis key how it stands, deciding nothing: what it
+// has left, or the fleet's mark if the key is split.
+func (l *Limiter) peek(ctx context.Context, k *keyState) (global.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
 	defer cancel()
-	d, err := l.strict.Allow(ctx, k.key, k.pol.limit, 0)
-	if err != nil || d.Shards > 0 {
-		return 0 // already split: the shards carry the state
+	return l.strict.Allow(ctx, k.key, k.pol.limit, 0)
+}
+
+// chargeKey charges k's own Redis key with at least used spent.
+func (l *Limiter) chargeKey(ctx context.Context, k *keyState, used int64) {
+	if used = min(used, k.pol.capacity); used > 0 {
+		ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
+		_ = l.dir.ChargeAtLeast(ctx, k.key, k.pol.limit, used)
+		cancel()
 	}
-	return max(0, k.pol.capacity-d.Remaining)
 }
 
 // chargeShards charges each of the shards a key was just split into with
@@ -235,27 +257,12 @@ func (l *Limiter) stillMarked(ctx context.Context, k *keyState, now int64) bool 
 	if !l.fleets[0].closed.Load() {
 		return true // cannot ask: stay as the fleet last was
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
-	defer cancel()
-	g, err := l.strict.Allow(ctx, k.key, k.pol.limit, 0)
+	g, err := l.peek(ctx, k)
 	if err != nil || g.Shards == 0 {
 		return err != nil
 	}
 	k.adopt(g, now, l.cfg.Interval)
 	return true
-}
-
-// mark marks k as split in the store, or renews the mark, and charges k's
-// own key with what its shards spent so far, so that the key is charged
-// even if this node is not the one to merge it back first.
-func (l *Limiter) mark(ctx context.Context, k *keyState, set *shardSet, ttl time.Duration) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
-	defer cancel()
-	n, err := l.dir.MarkShards(ctx, k.key, l.cfg.HotKeyShards, ttl)
-	if err == nil && set != nil {
-		_ = l.dir.ChargeAtLeast(ctx, k.key, k.pol.limit, min(set.used(l.now()), k.pol.capacity))
-	}
-	return n, err
 }
 
 // list keeps k among the sharded keys the sync loop watches. Sync loop
@@ -282,12 +289,7 @@ func (l *Limiter) unshard(ctx context.Context, k *keyState) {
 // had spent as this node last saw them, less what has refilled since. Any
 // goroutine; only the first to take k off set charges.
 func (l *Limiter) mergeShards(ctx context.Context, k *keyState, set *shardSet) {
-	if !k.shards.CompareAndSwap(set, nil) {
-		return
-	}
-	if used := min(set.used(l.now()), k.pol.capacity); used > 0 && l.fleets[0].closed.Load() {
-		ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
-		_ = l.dir.ChargeAtLeast(ctx, k.key, k.pol.limit, used)
-		cancel()
+	if k.shards.CompareAndSwap(set, nil) && l.fleets[0].closed.Load() {
+		l.chargeKey(ctx, k, set.used(l.now()))
 	}
 }

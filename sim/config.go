@@ -124,6 +124,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"Interval", &c.Interval, DefaultInterval, time.Millisecond},
 		{"RTT", &c.RTT, DefaultRTT, 0},
 		{"Duration", &c.Duration, DefaultDuration, time.Millisecond},
+		{"GossipInterval", &c.GossipInterval, DefaultGossipInterval, time.Millisecond},
 	}
 	for _, f := range fields {
 		switch {
@@ -177,12 +178,6 @@ func (c Config) withDefaults() (Config, error) {
 		c.GossipFanout = DefaultGossipFanout
 	case c.GossipFanout < 0:
 		return c, fmt.Errorf("sim: Config.GossipFanout is %d; it must be positive", c.GossipFanout)
-	}
-	switch {
-	case c.GossipInterval == 0:
-		c.GossipInterval = DefaultGossipInterval
-	case c.GossipInterval < time.Millisecond:
-		return c, fmt.Errorf("sim: Config.GossipInterval is %v; it must be at least 1ms", c.GossipInterval)
 	}
 	if c.Seed == 0 {
 		c.Seed = 1

@@ -3,6 +3,7 @@ package proc_test
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,33 +11,39 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/proc"
 )
 
-// TestIDInRange checks that every goroutine sees an id below GOMAXPROCS,
-// and that with several Ps busy at once more than one id is seen.
+// TestIDInRange keeps every P busy at once, each goroutine spinning until
+// all have started, and checks that the ids seen are below GOMAXPROCS and,
+// with several Ps, not all one: an ID that always said 0 would fail.
 func TestIDInRange(t *testing.T) {
-	t.Parallel()
 	procs := runtime.GOMAXPROCS(0)
 	var (
-		mu   sync.Mutex
-		seen = map[int]bool{}
-		wg   sync.WaitGroup
+		started atomic.Int32
+		wg      sync.WaitGroup
+		seen    = make([]map[int]bool, procs)
 	)
-	for range 4 * procs {
+	for g := range procs {
+		seen[g] = map[int]bool{}
 		wg.Go(func() {
-			for range 10_000 {
-				id := proc.ID()
-				mu.Lock()
-				seen[id] = true
-				mu.Unlock()
+			started.Add(1)
+			for started.Load() < int32(procs) {
+				seen[g][proc.ID()] = true
+			}
+			for range 1000 {
+				seen[g][proc.ID()] = true
 			}
 		})
 	}
 	wg.Wait()
-	for id := range seen {
-		assert.GreaterOrEqual(t, id, 0)
-		assert.Less(t, id, procs)
+	all := map[int]bool{}
+	for _, s := range seen {
+		for id := range s {
+			assert.GreaterOrEqual(t, id, 0)
+			assert.Less(t, id, procs)
+			all[id] = true
+		}
 	}
 	if procs > 1 {
-		assert.Greater(t, len(seen), 1, "goroutines on %d Ps all saw one id", procs)
+		assert.Greater(t, len(all), 1, "goroutines busy on %d Ps at once all saw one id", procs)
 	}
 }
 
