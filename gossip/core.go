@@ -79,11 +79,11 @@ func (c *Core) Sync(req *global.Request, now time.Time) (*global.Response, error
 
 // sync grants a valid request.
 func (c *Core) sync(req *global.Request, at instant) (*global.Response, error) {
-	live, known, split := c.tab.view(at)
-	if live == 1 && known > 1 { // alone
+	v := c.tab.view(at)
+	if v.alone() {
 		return nil, fmt.Errorf("gossip: no peer reachable: %w", global.ErrUnreachable)
 	}
-	return c.tab.syncAll(req, at, split), nil
+	return c.tab.syncAll(req, at, v.split), nil
 }
 
 // Updates returns this node's entries that changed since they were last

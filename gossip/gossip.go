@@ -401,18 +401,14 @@ func (g *Gossip) mergeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case b := <-g.inbox:
-			// What queued up meanwhile is merged under the same lock and
-			// clock reading.
+			// What had queued up by now is merged under the same lock and
+			// clock reading; no more, so that a steady stream cannot hold
+			// the lock Sync needs, nor merge by a stale clock.
 			now := g.now()
 			g.lock()
 			g.receive(b, now)
-			for more := true; more; {
-				select {
-				case b := <-g.inbox:
-					g.receive(b, now)
-				default:
-					more = false
-				}
+			for range len(g.inbox) {
+				g.receive(<-g.inbox, now)
 			}
 			g.mu.Unlock()
 		case <-t.C():

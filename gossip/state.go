@@ -257,29 +257,25 @@ func (t *table) leave(name string, now instant) {
 	p.alive, p.downAt = false, now.mono
 }
 
+// fleetView is what this node sees of its fleet: the live members (this
+// node included), the members known (also those gone without leaving
+// within the forget horizon), and how long it has been on the minority
+// side of a split: hearing from no more than half of the fleet it knows;
+// zero while it hears from a majority. The minority began when the peer
+// that tipped it went down.
+type fleetView struct {
+	live, known int
+	split       time.Duration
+}
+
 // alone reports whether this node is cut off from a fleet it expects: no
 // peer is alive, but some peer that did not leave gracefully was seen
 // within the forget horizon.
-func (t *table) alone(now instant) bool {
-	live, known, _ := t.view(now)
-	return live == 1 && known > 1
-}
+func (v fleetView) alone() bool { return v.live == 1 && v.known > 1 }
 
-// split reports how long this node has been on the minority side of a
-// split: hearing from no more than half of the fleet it knows (itself,
-// its live peers, and those gone without leaving within the forget
-// horizon); zero while it hears from a majority. The minority began when
-// the peer that tipped it went down.
-func (t *table) split(now instant) time.Duration {
-	_, _, d := t.view(now)
-	return d
-}
-
-// view is what alone and split are made of, in one pass over the peers:
-// the live members (this node included), the members known, and split's
-// answer.
-func (t *table) view(now instant) (live, known int, split time.Duration) {
-	live, known = 1, 1
+// view is the fleet as this node sees it now, in one pass over the peers.
+func (t *table) view(now instant) fleetView {
+	live, known := 1, 1
 	down := t.downs[:0]
 	for _, p := range t.peers {
 		switch {
@@ -294,11 +290,11 @@ func (t *table) view(now instant) (live, known int, split time.Duration) {
 	}
 	t.downs = down
 	if 2*live > known {
-		return live, known, 0
+		return fleetView{live, known, 0}
 	}
 	slices.Sort(down)
 	tipped := down[(known+1)/2-1]
-	return live, known, time.Duration(max(1, now.mono-tipped))
+	return fleetView{live, known, time.Duration(max(1, now.mono-tipped))}
 }
 
 // standing is how a peer's entry counts toward a key's shares.

@@ -131,7 +131,7 @@ func TestSharesAndGrace(t *testing.T) {
 	g = grant(t, tab, "k", 0, 1, later)
 	assert.Equal(t, 2, g.Nodes)
 	assert.InDelta(t, 0.5, g.Weight, 1e-3, "a silent peer keeps its share for the grace period")
-	assert.True(t, tab.alone(later), "cut off from a peer that did not leave")
+	assert.True(t, tab.view(later).alone(), "cut off from a peer that did not leave")
 	g = grant(t, tab, "k", 0, 1, t0.add(DefaultGrace+time.Second))
 	assert.Equal(t, 1, g.Nodes)
 	assert.InDelta(t, 1.0, g.Weight, 1e-9)
@@ -181,16 +181,16 @@ func TestSplit(t *testing.T) {
 	for i, p := range []string{"a", "b", "c", "d"} {
 		tab.join(p, "127.0.0.1:"+string(rune('1'+i)))
 	}
-	assert.Zero(t, tab.split(t0), "the whole fleet")
+	assert.Zero(t, tab.view(t0).split, "the whole fleet")
 	tab.leave("a", t0)
-	assert.Zero(t, tab.split(t0.add(time.Second)), "4 of 5 is a majority")
+	assert.Zero(t, tab.view(t0.add(time.Second)).split, "4 of 5 is a majority")
 	tab.leave("b", t0.add(time.Second))
-	assert.Zero(t, tab.split(t0.add(2*time.Second)), "3 of 5 is a majority")
+	assert.Zero(t, tab.view(t0.add(2*time.Second)).split, "3 of 5 is a majority")
 	tab.leave("c", t0.add(2*time.Second))
-	assert.Equal(t, 3*time.Second, tab.split(t0.add(5*time.Second)), "2 of 5: a minority since c went")
+	assert.Equal(t, 3*time.Second, tab.view(t0.add(5*time.Second)).split, "2 of 5: a minority since c went")
 
 	tab.merge(&message{kind: kindLeave, sections: []section{{name: []byte("a"), inc: 1}}}, t0.add(5*time.Second))
 	tab.merge(&message{kind: kindLeave, sections: []section{{name: []byte("b"), inc: 1}}}, t0.add(5*time.Second))
-	assert.Zero(t, tab.split(t0.add(6*time.Second)), "a and b left gracefully: 2 of 3")
-	assert.Zero(t, tab.split(t0.add(DefaultGrace*11)), "c forgotten")
+	assert.Zero(t, tab.view(t0.add(6*time.Second)).split, "a and b left gracefully: 2 of 3")
+	assert.Zero(t, tab.view(t0.add(DefaultGrace*11)).split, "c forgotten")
 }
