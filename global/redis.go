@@ -154,17 +154,31 @@ func (r *Redis) loadScripts(ctx context.Context) error {
 // and the escape character are percent-encoded, so any bytes are safe and
 // the tag cannot end early.
 func (r *Redis) redisKey(key, suffix string) (string, error) {
+	base, err := r.keyBase(key)
+	return base + suffix, err
+}
+
+// keyBase is every Redis key of key but for the suffix: prefix{tag}:.
+func (r *Redis) keyBase(key string) (string, error) {
 	if len(key) > r.cfg.MaxKeyLen {
 		return "", fmt.Errorf("%w: key of %d bytes is longer than RedisConfig.MaxKeyLen %d", ErrInvalid, len(key), r.cfg.MaxKeyLen)
 	}
 	var b strings.Builder
-	b.Grow(len(r.cfg.Prefix) + len(key) + len(suffix) + 3)
+	b.Grow(len(r.cfg.Prefix) + len(key) + 3)
 	b.WriteString(r.cfg.Prefix)
 	b.WriteByte('{')
 	writeTag(&b, key)
 	b.WriteString("}:")
-	b.WriteString(suffix)
 	return b.String(), nil
+}
+
+// strictCall is a call of gcra or sw, by limit's algorithm, on key's
+// strict state, with n as the last argument; keyBase is key's.
+func strictCall(base string, limit Limit, n int64, gcra, sw *redis.Script) scriptCall {
+	if limit.Algorithm == TokenBucket {
+		return scriptCall{gcra, []string{base + "gcra"}, []any{limit.Limit, micros(limit.Window), limit.burst(), n}}
+	}
+	return scriptCall{sw, []string{base + "sw"}, []any{limit.Limit, micros(limit.Window), n}}
 }
 
 // writeTag writes key as a hash tag: the characters that would end or
@@ -289,19 +303,12 @@ func (r *Redis) Allow(ctx context.Context, key string, limit Limit, n int64) (De
 	if err := limit.Validate(); err != nil {
 		return Decision{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	marker, err := r.redisKey(key, "shards")
+	base, err := r.keyBase(key)
 	if err != nil {
 		return Decision{}, err
 	}
-	var call scriptCall
-	switch limit.Algorithm {
-	case TokenBucket:
-		k, _ := r.redisKey(key, "gcra") // as long as marker, so valid
-		call = scriptCall{strictGCRA, []string{k, marker}, []any{limit.Limit, micros(limit.Window), limit.burst(), n}}
-	default:
-		k, _ := r.redisKey(key, "sw")
-		call = scriptCall{strictSlidingWindow, []string{k, marker}, []any{limit.Limit, micros(limit.Window), n}}
-	}
+	call := strictCall(base, limit, n, strictGCRA, strictSlidingWindow)
+	call.keys = append(call.keys, base+"shards")
 	v, err := r.runOne(ctx, call)
 	if err != nil {
 		return Decision{}, err
@@ -351,22 +358,11 @@ func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit Limit, used
 	if used <= 0 {
 		return nil
 	}
-	var call scriptCall
-	switch limit.Algorithm {
-	case TokenBucket:
-		k, err := r.redisKey(key, "gcra")
-		if err != nil {
-			return err
-		}
-		call = scriptCall{chargeGCRA, []string{k}, []any{limit.Limit, micros(limit.Window), limit.burst(), used}}
-	default:
-		k, err := r.redisKey(key, "sw")
-		if err != nil {
-			return err
-		}
-		call = scriptCall{chargeSlidingWindow, []string{k}, []any{limit.Limit, micros(limit.Window), used}}
+	base, err := r.keyBase(key)
+	if err != nil {
+		return err
 	}
-	_, err := r.runOne(ctx, call)
+	_, err = r.runOne(ctx, strictCall(base, limit, used, chargeGCRA, chargeSlidingWindow))
 	return err
 }
 

@@ -198,6 +198,18 @@ local elapsed = now - w * window
 local est = math.ceil(prevc * (window - elapsed) / window) + cur
 `
 
+// gcraNow reads a strict GCRA key (KEYS[1], its theoretical arrival
+// time) at Redis's time. ARGV: limit, window_us, burst, n. It leaves now,
+// limit, window, burst, n, emission and tat, no earlier than now.
+const gcraNow = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local limit, window, burst, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local emission = window / limit
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+`
+
 // shardedGuard answers, before a strict script decides, for a key marked
 // as split into shards: KEYS[2] holds the shard count, and expires when
 // the split ends. It returns {2, shards, 0, ttl_us}.
@@ -220,14 +232,9 @@ return {n}
 // KEYS[1] holds the theoretical arrival time, KEYS[2] the shard marker.
 // ARGV: limit, window_us, burst, cost. Returns {allowed, remaining,
 // retry_after_us, reset_after_us}, or shardedGuard's answer.
-var strictGCRA = redis.NewScript(shardedGuard + `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local limit, window, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local emission = window / limit
+var strictGCRA = redis.NewScript(shardedGuard + gcraNow + `
+local cost = n
 local tau = burst * emission
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
-if tat < now then tat = now end
 local new = tat + cost * emission
 if cost > burst then
   local remaining = math.floor((tau - (tat - now)) / emission)
@@ -276,13 +283,8 @@ return {1, limit - est - cost, 0, (w + 2) * window - now}
 // + used emissions: what is left is then at most burst - used. Charging
 // twice charges once. KEYS[1] as strictGCRA. ARGV: limit, window_us,
 // burst, used. Returns {1}.
-var chargeGCRA = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local limit, window, burst, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local emission = window / limit
-local floor = now + math.min(used, burst) * emission
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
+var chargeGCRA = redis.NewScript(gcraNow + `
+local floor = now + math.min(n, burst) * emission
 if floor > tat then
   redis.call('SET', KEYS[1], floor, 'PX', math.ceil((floor - now) / 1000) + 1)
 end

@@ -90,3 +90,41 @@ func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no %s gathered", name)
 	return 0
 }
+
+// splitStore is a Strict store whose every key is split into 4 shards by
+// some other node: a decision on the key itself is told to use them.
+type splitStore struct{ generous }
+
+func (splitStore) Allow(_ context.Context, key string, _ global.Limit, _ int64) (global.Decision, error) {
+	if !strings.Contains(key, "#") {
+		return global.Decision{Shards: 4, ShardedFor: time.Minute}, nil
+	}
+	return global.Decision{Allowed: true, Remaining: 10}, nil
+}
+
+func (splitStore) MarkShards(context.Context, string, int, time.Duration) (int, error) {
+	return 4, nil
+}
+
+func (splitStore) ChargeAtLeast(context.Context, string, global.Limit, int64) error { return nil }
+
+// TestCollectorShards checks that a Strict key this node follows onto its
+// Redis shards is reported with their count.
+func TestCollectorShards(t *testing.T) {
+	t.Parallel()
+	l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: splitStore{}, ManualSync: true, HotKeyRate: -1,
+		Policies: []hybrid.Policy{{Name: "login", Mode: hybrid.Strict, Limit: 1000, Window: time.Second}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewCollector(l))
+	d, err := l.Allow("tenant-big")
+	require.NoError(t, err)
+	require.True(t, d.Allowed(), "decided on a shard")
+	require.NoError(t, l.SyncOnce(context.Background()))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP hybridlimit_hot_key_shards Redis keys a hot Strict key is split into.
+# TYPE hybridlimit_hot_key_shards gauge
+hybridlimit_hot_key_shards{key="tenant-big"} 4
+`), "hybridlimit_hot_key_shards"))
+}
