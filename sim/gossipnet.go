@@ -108,19 +108,10 @@ func (e *engine) gossipLeave(n *node) {
 		at := e.now + int64(e.cfg.GossipDelay)
 		e.schedule(&event{at: at, kind: deliver, node: j, msg: bye})
 		e.at(at, func() {
-			o.g.sees[e.index(n)] = false
+			o.g.sees[n.i] = false
 			o.g.core.Leave(n.g.core.Name(), e.clk.Now())
 		})
 	}
-}
-
-func (e *engine) index(n *node) int {
-	for i, o := range e.nodes {
-		if o == n {
-			return i
-		}
-	}
-	return -1
 }
 
 // reaches reports whether messages from node a reach node b.

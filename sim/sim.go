@@ -66,10 +66,12 @@ func (q *queue) Pop() any {
 // node is one simulated fleet member: a real hybrid.Limiter on the
 // virtual clock.
 type node struct {
+	i      int // its index in engine.nodes
 	l      *hybrid.Limiter
 	weight float64 // its part of the offered load while active
 	active bool
 	busy   bool // a sync is in flight
+	due    bool // a regular sync came due while busy: it runs when the node is free
 	group  int  // 0: reaches the store; over gossip, reaches its group only
 	g      *gossipNode
 	early  bool  // an early sync is scheduled
@@ -142,7 +144,7 @@ func (e *engine) at(t int64, fn func()) {
 // join starts node i at the current time.
 func (e *engine) join(i int) error {
 	for len(e.nodes) <= i {
-		e.nodes = append(e.nodes, &node{})
+		e.nodes = append(e.nodes, &node{i: len(e.nodes)})
 	}
 	n := e.nodes[i]
 	var fleet global.Syncer = syncer{&e.st, i}
@@ -327,17 +329,25 @@ func (e *engine) arrive(ev *event) {
 	ok := err == nil && d.Allowed()
 	r, _ := e.ideal.Allow(key)
 	e.m.record(k, e.now, ok, r.Allowed())
-	if !n.early && n.l.EarlyWanted() {
-		// The live loop wakes at once, and waits out the rest of the
-		// gap since the last sync.
-		n.early = true
-		e.schedule(&event{at: max(e.now, n.synced+int64(n.l.EarlyGap())), kind: earlyDue, node: ev.node})
+	if !n.busy {
+		e.askEarly(n)
 	}
 	e.nextArrival(ev.node, e.now, ev)
 }
 
-// early runs node i's early sync, unless a sync is in flight: the keys
-// that asked will ask again.
+// askEarly schedules n's early sync if a key asked for one. The live
+// loop wakes at once, and waits out the rest of the gap since the last
+// sync; while a sync is in flight the request waits in its channel, as
+// here it waits until the node is free.
+func (e *engine) askEarly(n *node) {
+	if !n.early && n.l.EarlyWanted() {
+		n.early = true
+		e.schedule(&event{at: max(e.now, n.synced+int64(n.l.EarlyGap())), kind: earlyDue, node: n.i})
+	}
+}
+
+// early runs node i's early sync, unless a sync is in flight: then it
+// is asked for again when the node is free.
 func (e *engine) early(i int) {
 	n := e.nodes[i]
 	n.early = false
@@ -348,8 +358,9 @@ func (e *engine) early(i int) {
 	e.call(n, func() { _ = n.l.SyncEarly(context.Background()) })
 }
 
-// sync starts node i's sync, unless one is in flight, and schedules the
-// next.
+// sync starts node i's regular sync and schedules the next. If a sync is
+// in flight, this one runs when it ends, as the live loop's timer fires
+// once its early sync returns.
 func (e *engine) sync(i int) {
 	n := e.nodes[i]
 	if !n.active {
@@ -357,10 +368,29 @@ func (e *engine) sync(i int) {
 	}
 	e.schedule(&event{at: e.now + e.jitter(), kind: syncDue, node: i})
 	if n.busy {
+		n.due = true
 		return
 	}
+	e.regular(n)
+}
+
+// regular runs n's regular sync now.
+func (e *engine) regular(n *node) {
+	n.due = false
 	n.synced = e.now
 	e.call(n, func() { _ = n.l.SyncOnce(context.Background()) })
+}
+
+// free runs what waited for n's sync in flight to end: a regular sync
+// that came due, else an early one asked for.
+func (e *engine) free(n *node) {
+	switch {
+	case n.busy || !n.active:
+	case n.due:
+		e.regular(n)
+	default:
+		e.askEarly(n)
+	}
 }
 
 // pending maps a sync in flight to its node and its completion.
@@ -413,6 +443,7 @@ func (e *engine) answer(o *op) {
 	close(o.reply)
 	p.n.busy = false
 	e.await(p.n, p.done)
+	e.free(p.n)
 }
 
 // requestBytes estimates a sync's size on the wire: a script call per
