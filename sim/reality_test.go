@@ -48,4 +48,9 @@ func TestReality(t *testing.T) {
 	// drawn from, must agree too.
 	realPart, simPart := float64(len(real.Admitted))/float64(len(real.Offered)), float64(s.Admitted)/float64(s.Offered)
 	assert.InDelta(t, realPart, simPart, 0.02, "the part of the offered load admitted")
+	// Both points are small, so the bounds above would pass a simulator
+	// that merely echoed the ideal limiter: a fleet that syncs every
+	// 100 ms must differ from it, as the real one does.
+	assert.Positive(t, s.Overshoot+s.FalseRejection, "the simulated fleet is not the ideal")
+	assert.NotEqual(t, s.Ideal, s.Admitted, "the simulated fleet is not the ideal")
 }

@@ -42,11 +42,20 @@ type fleetDemo struct {
 	tick     time.Duration
 }
 
-// hotKey takes half the traffic; the rest spreads over coldKeys tenants.
+// hotKey takes half the traffic; the rest spreads over coldKeys tenants,
+// named once so that the load generator does not format a name per
+// request.
 const (
 	hotKey   = "hot"
 	coldKeys = 9
 )
+
+var coldNames = func() (names [coldKeys]string) {
+	for i := range names {
+		names[i] = fmt.Sprintf("t%d", i+1)
+	}
+	return names
+}()
 
 // demoNode is one node: its gossip, Limiter and HTTP server, and what the
 // load generator saw of it.
@@ -72,6 +81,7 @@ type fleetSummary struct {
 	HotWorst  int64              `json:"hot_worst_second"`
 	Overshoot float64            `json:"hot_worst_overshoot_pct"`
 	Events    []string           `json:"events"`
+	Dropped   int64              `json:"gossip_messages_dropped"` // by the cut
 }
 
 type fleetNodeSummary struct {
@@ -230,6 +240,9 @@ func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error)
 		off, adm, failed := n.offered.Load(), n.admitted.Load(), n.failed.Load()
 		sum.PerNode = append(sum.PerNode, fleetNodeSummary{n.name, off, adm, off - adm - failed, failed, n.l.Health().Level.String(), hot})
 	}
+	for _, t := range transports {
+		sum.Dropped += t.Dropped()
+	}
 	return sum, nil
 }
 
@@ -351,7 +364,7 @@ func (d *fleetDemo) drive(ctx context.Context, n *demoNode, seed uint64) {
 		for ; sent < due && ctx.Err() == nil; sent++ {
 			key := hotKey
 			if rng.IntN(2) == 0 {
-				key = fmt.Sprintf("t%d", 1+rng.IntN(coldKeys))
+				key = coldNames[rng.IntN(coldKeys)]
 			}
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.url, nil)
 			req.Header.Set("X-Tenant", key)

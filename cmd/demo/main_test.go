@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,9 +65,11 @@ func TestFleetDemo(t *testing.T) {
 	assert.LessOrEqual(t, sum.HotRate, 40*(1+1/5.0)*1.2)
 	assert.LessOrEqual(t, float64(sum.HotWorst), 40*1.5, "no second after the burst far over the limit")
 	assert.GreaterOrEqual(t, sum.HotRate, 40*0.7)
-	require.Len(t, sum.Events, 2)
-	assert.Contains(t, sum.Events[0], "node-3 cut off")
-	assert.Contains(t, sum.Events[1], "healed")
+	// Health events may come between and after, in any run long enough.
+	cut := slices.IndexFunc(sum.Events, func(e string) bool { return strings.Contains(e, "node-3 cut off") })
+	healed := slices.IndexFunc(sum.Events, func(e string) bool { return strings.Contains(e, "network healed") })
+	assert.True(t, cut >= 0 && healed > cut, "cut, then healed: %v", sum.Events)
+	assert.Positive(t, sum.Dropped, "the cut dropped gossip between node-3 and the others")
 
 	out.Reset()
 	code = fleetMain(context.Background(), []string{"--nodes", "2", "--duration", "1500ms", "--scenario", "steady"}, &out, &errOut)
