@@ -119,7 +119,8 @@ func checkClientTimeouts(c redis.UniversalClient, timeout time.Duration) error {
 	return nil
 }
 
-var scripts = []*redis.Script{leaseTokenBucket, leaseSlidingWindow, strictGCRA, strictSlidingWindow, markShards, chargeGCRA, chargeSlidingWindow}
+var scripts = []*redis.Script{leaseTokenBucket, leaseSlidingWindow, strictGCRA, strictSlidingWindow, markShards,
+	chargeGCRA, chargeSlidingWindow, readMark, leaseUsed, chargeLease}
 
 // loadScripts loads every script on every shard, so a pipeline of EVALSHA
 // finds them.
@@ -230,6 +231,14 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 			continue
 		}
 		v := res.vals
+		if len(v) < 10 {
+			g.Err = fmt.Errorf("global: lease script for key %q answered %d values; want 10", req.Keys[idx[j]].Key, len(v))
+			continue
+		}
+		if v[8] > 0 {
+			*g = Grant{Shards: int(v[8]), ShardedFor: time.Duration(v[9]) * time.Microsecond}
+			continue
+		}
 		*g = Grant{
 			Lease:      v[0],
 			TTL:        time.Duration(v[1]) * time.Microsecond,
@@ -250,7 +259,7 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scr
 	if u.Consumed < 0 || u.Demand < 0 {
 		return scriptCall{}, fmt.Errorf("%w: key %q: Consumed and Demand must not be negative", ErrInvalid, u.Key)
 	}
-	key, err := r.redisKey(u.Key, "lease")
+	base, err := r.keyBase(u.Key)
 	if err != nil {
 		return scriptCall{}, err
 	}
@@ -265,7 +274,7 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scr
 	ttl := (2*window+10*interval)/1000 + 1
 	return scriptCall{
 		script: script,
-		keys:   []string{key},
+		keys:   []string{base + "lease", base + "shards"},
 		args: []any{node, u.Limit.Limit, window, u.Limit.burst(), u.Consumed, u.Demand,
 			interval, stale, ttl, equalArg(equal)},
 	}, nil
@@ -364,6 +373,98 @@ func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit Limit, used
 	}
 	_, err = r.runOne(ctx, strictCall(base, limit, used, chargeGCRA, chargeSlidingWindow))
 	return err
+}
+
+// ShardMark reports key's fleet-wide shard mark (see MarkShards): the
+// shard count and how much longer the mark stands, or 0 if key is not
+// split.
+func (r *Redis) ShardMark(ctx context.Context, key string) (shards int, left time.Duration, err error) {
+	marker, err := r.redisKey(key, "shards")
+	if err != nil {
+		return 0, 0, err
+	}
+	v, err := r.runOne(ctx, scriptCall{readMark, []string{marker}, nil})
+	if err != nil {
+		return 0, 0, err
+	}
+	return int(v[0]), time.Duration(v[1]) * time.Microsecond, nil
+}
+
+// LeaseUsed returns what the lease states of keys (as Sync keeps them)
+// show spent now under limit, leases included, summed: how a key merged
+// back from its shards learns what they had spent. It decides and
+// changes nothing, and takes one round trip per Redis node.
+func (r *Redis) LeaseUsed(ctx context.Context, keys []string, limit Limit) (int64, error) {
+	calls, err := r.leaseStateCalls(leaseUsed, keys, limit, 0)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	res, err := r.run(ctx, calls)
+	if err != nil {
+		return 0, err
+	}
+	sum := int64(0)
+	for _, c := range res {
+		if c.err != nil {
+			return 0, c.err
+		}
+		sum += c.vals[0]
+	}
+	return sum, nil
+}
+
+// ChargeLeasesAtLeast makes each of keys' lease states show at least used
+// spent now under limit, unless it already shows as much, leaving every
+// node's lease alone. It is how a key split into shards, or merged back
+// from them, takes over what was spent before, so that neither hands out
+// a fresh bucket; charging twice charges once, so every node of a fleet
+// may charge. One round trip per Redis node.
+func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, keys []string, limit Limit, used int64) error {
+	if used <= 0 {
+		return limit.Validate()
+	}
+	calls, err := r.leaseStateCalls(chargeLease, keys, limit, used)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	res, err := r.run(ctx, calls)
+	if err != nil {
+		return err
+	}
+	for _, c := range res {
+		if c.err != nil {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// leaseStateCalls builds one call of script per key's lease state.
+func (r *Redis) leaseStateCalls(script *redis.Script, keys []string, limit Limit, n int64) ([]scriptCall, error) {
+	if err := limit.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	window := micros(limit.Window)
+	sw := "0"
+	if limit.Algorithm == SlidingWindow {
+		sw = "1"
+	}
+	// A charged state outlives two windows and a minute, as a lease
+	// state kept alive by syncs would.
+	ttl := (2*window)/1000 + 60_000
+	calls := make([]scriptCall, 0, len(keys))
+	for _, key := range keys {
+		k, err := r.redisKey(key, "lease")
+		if err != nil {
+			return nil, err
+		}
+		calls = append(calls, scriptCall{script, []string{k}, []any{sw, limit.Limit, window, limit.burst(), n, ttl}})
+	}
+	return calls, nil
 }
 
 // runOne runs one call within the configured timeout.

@@ -85,12 +85,24 @@ local function roll(w, st)
 end
 `
 
-// leaseTokenBucket: KEYS[1] state hash. ARGV: node, limit, window_us, burst,
-// consumed, demand, interval_us, stale_us, ttl_ms, equal ("1": equal
-// shares, else demand-weighted).
+// leaseGuard answers, before a lease script touches its state, for a
+// key marked as split into shards: KEYS[2] holds the shard count, and
+// expires when the split ends. Nothing the node reported is applied, so
+// that it reports it to the shards instead. It returns a lease reply of
+// zeros but for {..., shards, ttl_us}.
+const leaseGuard = `
+local marked = tonumber(redis.call('GET', KEYS[2]))
+if marked then
+  return {0, 0, 0, 0, 0, 0, 0, 0, marked, redis.call('PTTL', KEYS[2]) * 1000}
+end
+`
+
+// leaseTokenBucket: KEYS[1] state hash, KEYS[2] the shard marker. ARGV:
+// node, limit, window_us, burst, consumed, demand, interval_us, stale_us,
+// ttl_ms, equal ("1": equal shares, else demand-weighted).
 // Returns {lease, lease_ttl_us, used, remaining, nodes, weight*1e6,
-// reset_after_us, now_us}.
-var leaseTokenBucket = redis.NewScript(leaseCommon + `
+// reset_after_us, now_us, 0, 0}, or leaseGuard's answer.
+var leaseTokenBucket = redis.NewScript(leaseCommon + leaseGuard + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key, node = KEYS[1], ARGV[1]
@@ -131,14 +143,14 @@ local reset = 0
 if tokens < burst then reset = math.ceil((burst - tokens) / rate) end
 local remaining = math.floor(tokens)
 if remaining < 0 then remaining = 0 end
-return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now}
+return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now, 0, 0}
 `)
 
-// leaseSlidingWindow: KEYS[1] state hash. ARGV as leaseTokenBucket (burst
-// unused). The lease is counted in the current window when granted; what a
-// node hands back is subtracted from the window it was counted in, if that
-// window still weighs.
-var leaseSlidingWindow = redis.NewScript(leaseCommon + slidingRoll + `
+// leaseSlidingWindow: KEYS as leaseTokenBucket. ARGV as leaseTokenBucket
+// (burst unused). The lease is counted in the current window when granted;
+// what a node hands back is subtracted from the window it was counted in,
+// if that window still weighs.
+var leaseSlidingWindow = redis.NewScript(leaseCommon + slidingRoll + leaseGuard + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key, node = KEYS[1], ARGV[1]
@@ -180,7 +192,7 @@ redis.call('PEXPIRE', key, ttl)
 local remaining = avail - lease
 local reset = 0
 if cur > 0 then reset = (w + 2) * window - now elseif prevc > 0 then reset = (w + 1) * window - now end
-return {lease, 2 * interval, est + lease, remaining, count, math.floor(weight * 1000000), reset, now}
+return {lease, 2 * interval, est + lease, remaining, count, math.floor(weight * 1000000), reset, now, 0, 0}
 `)
 
 // slidingNow reads a strict sliding window (KEYS[1], a hash {w, cur,
@@ -301,6 +313,65 @@ if used > est then
   cur = cur + used - est
   redis.call('HSET', KEYS[1], 'w', w, 'cur', cur, 'prev', prevc)
   redis.call('PEXPIRE', KEYS[1], math.ceil(2 * window / 1000) + 1)
+end
+return {1}
+`)
+
+// readMark: KEYS[1] a shard marker. Returns {shards, ttl_us}, or {0, 0}
+// if the key is not marked.
+var readMark = redis.NewScript(`
+local n = tonumber(redis.call('GET', KEYS[1]))
+if not n then return {0, 0} end
+return {n, redis.call('PTTL', KEYS[1]) * 1000}
+`)
+
+// leaseNow reads a lease state hash (KEYS[1]) at Redis's time. ARGV:
+// algorithm (0 token bucket, 1 sliding window), limit, window_us, burst,
+// n. It leaves now, n, and used: what the state shows spent now, leases
+// included (a token bucket's missing tokens, refilled to now; a sliding
+// window's estimate); and, to write the state back, tokens (token
+// bucket) or w, cur and prevc (sliding window).
+const leaseNow = slidingRoll + `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local sw, limit, window, burst, n = ARGV[1] == '1', tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local used, tokens, w, cur, prevc, elapsed
+if sw then
+  w = math.floor(now / window)
+  cur, prevc = roll(w, redis.call('HMGET', KEYS[1], 'w', 'cur', 'prev'))
+  elapsed = now - w * window
+  used = math.ceil(prevc * (window - elapsed) / window) + cur
+else
+  local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+  tokens = tonumber(st[1]) or burst
+  local ts = tonumber(st[2]) or now
+  if now > ts then tokens = math.min(burst, tokens + (now - ts) * limit / window) end
+  used = math.max(0, math.ceil(burst - tokens))
+end
+`
+
+// leaseUsed: KEYS[1] a lease state hash. ARGV as leaseNow, n unused.
+// Returns {used}.
+var leaseUsed = redis.NewScript(leaseNow + `
+return {used}
+`)
+
+// chargeLease raises what a lease state (KEYS[1]) shows spent to at
+// least n, as chargeGCRA and chargeSlidingWindow do for strict state:
+// charging twice charges once. The nodes' fields are left alone. ARGV as
+// leaseNow, then ttl_ms, the least the state should live. Returns {1}.
+var chargeLease = redis.NewScript(leaseNow + `
+local cap = burst
+if sw then cap = limit end
+local want = math.min(n, cap)
+if want <= used then return {1} end
+if sw then
+  redis.call('HSET', KEYS[1], 'w', w, 'cur', cur + want - used, 'prev', prevc)
+else
+  redis.call('HSET', KEYS[1], 'tokens', burst - want, 'ts', now)
+end
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[6]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
 end
 return {1}
 `)

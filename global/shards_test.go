@@ -116,3 +116,110 @@ func TestChargeAtLeast(t *testing.T) {
 		}
 	}
 }
+
+// sync1 syncs one key for node and returns its grant.
+func sync1(t *testing.T, r *global.Redis, node, key string, lim global.Limit, consumed, demand int64) global.Grant {
+	t.Helper()
+	resp, err := r.Sync(context.Background(), &global.Request{Node: node, Interval: time.Second,
+		Keys: []global.Usage{{Key: key, Limit: lim, Consumed: consumed, Demand: demand}}})
+	require.NoError(t, err)
+	require.NoError(t, resp.Grants[0].Err)
+	return resp.Grants[0]
+}
+
+// TestLeaseShardMark checks the lease scripts' side of the shard mark:
+// while it stands, Sync on the key grants nothing, applies none of the
+// reported consumption and names the shard count; once it expires, the
+// key's lease state is as the mark found it.
+func TestLeaseShardMark(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+		key := "lease-marked-" + alg.String()
+		lim := global.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
+		g := sync1(t, r, "a", key, lim, 0, 100)
+		require.Equal(t, int64(100), g.Lease)
+		require.Zero(t, g.Shards)
+
+		n, left, err := r.ShardMark(ctx, key)
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		assert.Zero(t, left)
+
+		_, err = r.MarkShards(ctx, key, 4, 300*time.Millisecond)
+		require.NoError(t, err)
+		n, left, err = r.ShardMark(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, 4, n)
+		assert.InDelta(t, 300*time.Millisecond, left, float64(100*time.Millisecond))
+
+		g = sync1(t, r, "a", key, lim, 500, 100)
+		assert.Equal(t, global.Grant{Shards: 4, ShardedFor: g.ShardedFor}, g, alg)
+		assert.InDelta(t, 300*time.Millisecond, g.ShardedFor, float64(100*time.Millisecond))
+
+		require.Eventually(t, func() bool {
+			n, _, err := r.ShardMark(ctx, key)
+			return err == nil && n == 0
+		}, 2*time.Second, 20*time.Millisecond, "the mark expires")
+		// The 500 reported while marked went to the shards, not here:
+		// a's lease of 100 is still outstanding, and settles as spent.
+		g = sync1(t, r, "a", key, lim, 100, 0)
+		assert.Zero(t, g.Shards)
+		assert.Equal(t, int64(100), g.Used, alg)
+	}
+}
+
+// TestLeaseUsedAndCharge checks that LeaseUsed sums what lease states
+// show spent, and that ChargeLeasesAtLeast raises it to at least an
+// amount, once, however many nodes charge, and leaves leases alone.
+func TestLeaseUsedAndCharge(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+		lim := global.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
+		for _, tc := range []struct {
+			name    string
+			leased  int64 // by node a, before the charges
+			charges []int64
+			used    int64 // what LeaseUsed then shows
+		}{
+			{"once", 0, []int64{400}, 400},
+			{"by four nodes", 0, []int64{400, 400, 400, 400}, 400},
+			{"the largest counts", 0, []int64{100, 400, 250}, 400},
+			{"already spent more", 700, []int64{400}, 700},
+			{"spent less", 200, []int64{400}, 400},
+			{"more than the limit", 0, []int64{5000}, 1000},
+			{"nothing", 0, []int64{0}, 0},
+			{"untouched", 300, nil, 300},
+		} {
+			key := fmt.Sprintf("lcharge-%v-%s", alg, tc.name)
+			if tc.leased > 0 {
+				require.Equal(t, tc.leased, sync1(t, r, "a", key, lim, 0, tc.leased).Lease)
+			}
+			for _, c := range tc.charges {
+				require.NoError(t, r.ChargeLeasesAtLeast(ctx, []string{key}, lim, c))
+			}
+			used, err := r.LeaseUsed(ctx, []string{key}, lim)
+			require.NoError(t, err)
+			assert.Equal(t, tc.used, used, "%v %s", alg, tc.name)
+			// a hands its lease back: what was charged stays.
+			g := sync1(t, r, "a", key, lim, 0, 0)
+			assert.Equal(t, max(tc.used-tc.leased, 0), g.Used, "%v %s: the lease came back, the charge stays", alg, tc.name)
+		}
+		// Summed over keys, as over a key's shards.
+		keys := global.ShardKeys("lsum-"+alg.String(), 3)
+		for i, key := range keys {
+			sync1(t, r, "a", key, lim, 0, int64(10*(i+1)))
+		}
+		used, err := r.LeaseUsed(ctx, keys, lim)
+		require.NoError(t, err)
+		assert.Equal(t, int64(60), used, alg)
+	}
+	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, []string{"k"}, global.Limit{}, 5), global.ErrInvalid)
+	_, err := r.LeaseUsed(ctx, []string{"k"}, global.Limit{})
+	require.ErrorIs(t, err, global.ErrInvalid)
+}

@@ -194,6 +194,14 @@ type Grant struct {
 	// Err is set if this key's usage was rejected (a bad limit or key); the
 	// other fields are then zero.
 	Err error
+
+	// Shards, when not zero, says that nothing was granted and none of
+	// the reported consumption was applied: the key is split fleet-wide
+	// into Shards shards (see Redis.MarkShards) for ShardedFor more, and
+	// its leases are to be taken from, and its consumption reported to,
+	// ShardKeys(key, Shards). Only a Syncer that shards keys sets it.
+	Shards     int
+	ShardedFor time.Duration
 }
 
 // ErrUnreachable is wrapped by errors that mean the fleet could not be

@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,8 +12,21 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
+
+// clusterSyncer is a Redis Syncer on its own client of c.
+func clusterSyncer(t *testing.T, c *redistest.Cluster) *global.Redis {
+	t.Helper()
+	o := c.ClusterOptions()
+	o.ContextTimeoutEnabled = true
+	cc := redis.NewClusterClient(o)
+	t.Cleanup(func() { cc.Close() })
+	fleet, err := global.NewRedis(context.Background(), global.RedisConfig{Client: cc})
+	require.NoError(t, err)
+	return fleet
+}
 
 // TestHotStrictKeyOnCluster drives one Strict key hot on a 3-master Redis
 // Cluster and reads each master's INFO commandstats: once the key is
@@ -21,13 +35,7 @@ import (
 func TestHotStrictKeyOnCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3)
-	o := c.ClusterOptions()
-	o.ContextTimeoutEnabled = true
-	cc := redis.NewClusterClient(o)
-	t.Cleanup(func() { cc.Close() })
-	fleet, err := global.NewRedis(context.Background(), global.RedisConfig{Client: cc})
-	require.NoError(t, err)
-	l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: fleet, Interval: 50 * time.Millisecond, HotKeyRate: 100,
+	l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: clusterSyncer(t, c), Interval: 50 * time.Millisecond, HotKeyRate: 100,
 		Policies: []hybrid.Policy{{Name: "login", Mode: hybrid.Strict, Limit: 1_000_000, Window: time.Second}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
@@ -61,5 +69,66 @@ func TestHotStrictKeyOnCluster(t *testing.T) {
 	require.GreaterOrEqual(t, total, int64(n))
 	for i, calls := range per {
 		assert.InDelta(t, float64(total)/3, float64(calls), float64(total)/3*0.2, "master %d within 20%% of a third", i)
+	}
+}
+
+// TestHotLeaseKeyOnCluster runs twelve nodes syncing one Hybrid key on a
+// 3-master Redis Cluster and reads each master's INFO commandstats.
+// Unsplit, every lease script runs on the master that owns the key; split
+// into three shards (a quarter of the nodes), each master runs part of
+// them.
+func TestHotLeaseKeyOnCluster(t *testing.T) {
+	t.Parallel()
+	const limit = 12_000
+	c := redistest.StartCluster(t, 3)
+	p := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second}
+	run := func(key string, hot float64) (per []int64, shards []int) {
+		nodes := fleettest.Limiters(t, 12, func(i int) hybrid.Config {
+			return hybrid.Config{Node: fmt.Sprintf("%s-%d", key, i), Policies: []hybrid.Policy{p}, Syncer: clusterSyncer(t, c),
+				Interval: 100 * time.Millisecond, HotLeaseSyncs: hot}
+		})
+		rates := make([]float64, len(nodes))
+		for i := range rates {
+			rates[i] = limit / 2 / float64(len(nodes)) // half the limit: no node is short
+		}
+		fleettest.Drive(t, nodes, key, rates, 1500*time.Millisecond)
+		for _, m := range c.Masters {
+			m.ResetStats(t)
+		}
+		fleettest.Drive(t, nodes, key, rates, 2*time.Second)
+		for _, m := range c.Masters {
+			per = append(per, m.Commands(t)["evalsha"])
+		}
+		for _, l := range nodes {
+			n := 0
+			for _, h := range l.HotKeys() {
+				n = h.Shards
+			}
+			shards = append(shards, n)
+			require.NoError(t, l.Close())
+		}
+		return per, shards
+	}
+	plain, _ := run("plain", -1)
+	split, shards := run("split", 50)
+	t.Logf("lease scripts per master, 12 nodes for 2 s: unsplit %v, split %v", plain, split)
+	for _, n := range shards {
+		require.Equal(t, 3, n, "every node leases from 3 shards")
+	}
+	owner := 0
+	for i, n := range plain {
+		if n > plain[owner] {
+			owner = i
+		}
+	}
+	var total, totalPlain int64
+	for i := range split {
+		total += split[i]
+		totalPlain += plain[i]
+	}
+	assert.GreaterOrEqual(t, float64(plain[owner]), 0.95*float64(totalPlain), "unsplit, one master runs them all")
+	for i, n := range split {
+		assert.GreaterOrEqual(t, float64(n), 0.15*float64(total), "master %d runs part of the split key's scripts", i)
+		assert.LessOrEqual(t, float64(n), 0.5*float64(total), "master %d runs at most half", i)
 	}
 }

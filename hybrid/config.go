@@ -135,6 +135,10 @@ const (
 	// DefaultHotKeyShards is how many Redis keys a hot Strict key is
 	// split into: a multiple of 2, 3, 4 and 6 masters.
 	DefaultHotKeyShards = 12
+	// DefaultHotLeaseSyncs is the fleet's lease syncs per second on one
+	// Hybrid key at which the key is split into Redis shards: 200 nodes
+	// syncing it every DefaultInterval.
+	DefaultHotLeaseSyncs = 2_000
 )
 
 // Config describes a Limiter. The zero value of every optional field means
@@ -249,6 +253,20 @@ type Config struct {
 	// another Syncer, Strict keys are never sharded.
 	HotKeyShards int
 
+	// HotLeaseSyncs is the rate, in lease syncs per second by the whole
+	// fleet, at which a Hybrid key's leases are split over Redis shards:
+	// min(HotKeyShards, nodes/4) keys spread over the Cluster's masters,
+	// each leasing its part of the limit to the nodes that hash to it, so
+	// that no one master runs every node's lease script for the key. The
+	// rate is estimated as the active nodes times this node's syncs of the
+	// key per second; the key merges back once every node finds it below
+	// half that. Default DefaultHotLeaseSyncs; negative never splits.
+	// Like HotKeyShards it needs a Syncer that implements
+	// LeaseShardDirectory (global.Redis does), and every node follows a
+	// split the fleet made, whatever its own setting. See
+	// docs/hotkeys.md.
+	HotLeaseSyncs float64
+
 	// ManualSync, if set, starts no background goroutine: the caller
 	// drives every sync with SyncOnce, as tests and the simulator do, and
 	// runs the early syncs that keys ask for (EarlyWanted) with
@@ -324,6 +342,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.HotKeyRate = DefaultHotKeyRate
 	case math.IsNaN(c.HotKeyRate):
 		return c, fmt.Errorf("hybrid: Config.HotKeyRate is NaN; give a rate in requests per second (or 0 for the default %d)", DefaultHotKeyRate)
+	}
+	switch {
+	case c.HotLeaseSyncs == 0:
+		c.HotLeaseSyncs = DefaultHotLeaseSyncs
+	case math.IsNaN(c.HotLeaseSyncs):
+		return c, fmt.Errorf("hybrid: Config.HotLeaseSyncs is NaN; give a rate in syncs per second (or 0 for the default %d)", DefaultHotLeaseSyncs)
 	}
 	switch {
 	case c.HotKeyStripes == 0:

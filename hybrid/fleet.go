@@ -71,6 +71,9 @@ func (f *fleet) errOpen() error {
 
 // call syncs batch with f, reporting what f has not been told of yet.
 func (l *Limiter) call(ctx context.Context, f *fleet, i int, batch []*keyState, marks []mark) (*global.Response, error) {
+	if i == 0 && l.ldir != nil {
+		return l.callLeases(ctx, f, batch, marks)
+	}
 	req := &f.req
 	req.Node, req.Interval, req.Shares = l.cfg.Node, l.cfg.Interval, l.cfg.Shares
 	req.Keys = req.Keys[:0]
@@ -82,6 +85,14 @@ func (l *Limiter) call(ctx context.Context, f *fleet, i int, batch []*keyState, 
 	cancel()
 	if err == nil && len(resp.Grants) != len(batch) {
 		err = fmt.Errorf("hybrid: Config.%s returned %d grants for %d keys", f.name, len(resp.Grants), len(batch))
+	}
+	if err == nil {
+		for j := range resp.Grants {
+			if g := &resp.Grants[j]; g.Shards > 0 {
+				// Only Config.Syncer's shards are followed (callLeases).
+				g.Err = fmt.Errorf("hybrid: Config.%s split key %q into shards, which only Config.Syncer may do", f.name, batch[j].key)
+			}
+		}
 	}
 	return resp, err
 }

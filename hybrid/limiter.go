@@ -92,7 +92,8 @@ type Limiter struct {
 	policies []*policy // longest Prefix first
 	byName   map[string]*policy
 	strict   StrictDecider
-	dir      ShardDirectory // nil: Strict keys are not sharded
+	dir      ShardDirectory      // nil: Strict keys are not sharded
+	ldir     LeaseShardDirectory // nil: Hybrid keys never lease from shards
 
 	keys  sync.Map // string -> *keyState
 	nkeys atomic.Int64
@@ -169,6 +170,7 @@ func New(cfg Config) (*Limiter, error) {
 		l.policies = append(l.policies, pol)
 	}
 	l.dir, _ = cfg.Syncer.(ShardDirectory)
+	l.ldir, _ = cfg.Syncer.(LeaseShardDirectory)
 	if l.strict != nil && l.dir != nil && cfg.HotKeyRate > 0 && cfg.HotKeyShards > 1 {
 		for _, p := range l.policies {
 			if p.Mode == Strict {

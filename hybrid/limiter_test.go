@@ -3,6 +3,7 @@ package hybrid_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -431,6 +432,7 @@ func TestConfigErrors(t *testing.T) {
 		{"no syncer", hybrid.Config{Policies: []hybrid.Policy{ok}}, "Mode hybrid needs Config.Syncer"},
 		{"failover alone", hybrid.Config{Policies: []hybrid.Policy{ok}, Failover: s}, "Config.Failover is set but Config.Syncer is not"},
 		{"failover twice", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Failover: s}, "Config.Failover is Config.Syncer"},
+		{"hot lease syncs", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, HotLeaseSyncs: math.NaN()}, "Config.HotLeaseSyncs is NaN"},
 		{"fleet size", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, FleetSize: -1}, "Config.FleetSize"},
 		{"breaker", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Breaker: partition.BreakerConfig{Cooldown: -1}}, "Config.Breaker: partition: BreakerConfig.Cooldown"},
 		{"ladder", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Ladder: partition.LadderConfig{Floor: 2}}, "Config.Ladder: partition: LadderConfig.Floor"},

@@ -293,8 +293,9 @@ func (l *Limiter) stripe(k *keyState) {
 	}
 }
 
-// HotKey is a key split because of its rate: a Hybrid key's lease into
-// Stripes on this node, or a Strict key into Shards in Redis.
+// HotKey is a key split because of its load: a Hybrid key's lease into
+// Stripes on this node, or into lease Shards in Redis (the fleet's sync
+// load), or a Strict key into Shards in Redis.
 type HotKey struct {
 	Key     string
 	Stripes int
@@ -309,9 +310,18 @@ func (l *Limiter) HotKeys() []HotKey {
 	var out []HotKey
 	l.keys.Range(func(_, v any) bool {
 		k := v.(*keyState)
-		if set := k.stripes.Load(); set != nil {
-			out = append(out, HotKey{Key: k.key, Stripes: set.count(), Rate: k.rate})
+		set, ls := k.stripes.Load(), k.lshards
+		if set == nil && ls == nil {
+			return true
 		}
+		h := HotKey{Key: k.key, Rate: k.rate}
+		if set != nil {
+			h.Stripes = set.count()
+		}
+		if ls != nil {
+			h.Shards = len(ls.keys)
+		}
+		out = append(out, h)
 		return true
 	})
 	for _, k := range l.syncs.sharded {

@@ -25,6 +25,9 @@ type syncState struct {
 	lastRoom  int64
 	lastHot   int64       // when the hot-key sketch was last read
 	sharded   []*keyState // Strict keys sharded in Redis
+	consumed  []int64     // callLeases: each batch key's unreported consumption
+	targets   []target    // callLeases: what each Usage of a request is for
+	short     []int       // callLeases: keys whose home shard granted less than asked
 }
 
 // mark is what a sync read from a key's counters when it started.
@@ -49,7 +52,9 @@ func (l *Limiter) SyncOnce(ctx context.Context) error {
 	now := l.now()
 	l.nextSync.Store(now + int64(l.cfg.Interval))
 	l.shardHot(ctx, now)
-	return l.syncBatch(ctx, now, l.collect(now), regular)
+	batch := l.collect(now)
+	l.tendLeaseShards(ctx, now, batch)
+	return l.syncBatch(ctx, now, batch, regular)
 }
 
 // syncKind is why a batch is synced.
@@ -147,6 +152,9 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 		if how != closing {
 			k.requested = l.demand(k, now, int64(max(0, int32(m.s0-k.granted))))
 		}
+		if k.requested > 0 {
+			k.syncs++
+		}
 		s.marks = append(s.marks, m)
 	}
 	// While Syncer's breaker is not closed, Failover goes first, so that
@@ -178,7 +186,9 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 			continue
 		}
 		for j, k := range batch {
-			if g := &resp.Grants[j]; g.Err != nil || int32(s.marks[j].s0-k.reported[i]) > 0 {
+			if g := &resp.Grants[j]; errors.Is(g.Err, errUnsettled) {
+				continue // reported again next time
+			} else if g.Err != nil || int32(s.marks[j].s0-k.reported[i]) > 0 {
 				// A report the fleet refused would be refused again:
 				// it is dropped.
 				k.reported[i] = s.marks[j].s0

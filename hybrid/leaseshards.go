@@ -1,0 +1,488 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+// A Hybrid key costs its Redis master one lease script per node per sync,
+// whatever its traffic, and each script reads every node's fields: at
+// hundreds of nodes one key's master is the fleet's bottleneck. So a key
+// whose fleet-wide sync load reaches Config.HotLeaseSyncs is split into
+// min(HotKeyShards, nodes/4) shards (global.ShardKeys), each holding its
+// part of the limit and spread over the Cluster's masters. Each node
+// leases from a home shard, picked by hashing its name with the key, and
+// when the home shard grants less than it asked, from the next shard for
+// the rest, in a second round trip; it reports its consumption to each in
+// proportion to what each had granted. Water-filling runs within each
+// shard among its nodes. With a quarter of the nodes per shard, a shard
+// no node calls home is rare, and the next shard's top-ups reach it.
+//
+// The split is the fleet's, through the mark Strict keys use
+// (LeaseShardDirectory.MarkShards): while it stands, the lease scripts of
+// the key itself grant nothing and apply none of a report, and answer
+// with the shard count (global.Grant.Shards), so that the node reports to
+// its shards instead, in the same sync. Nodes leasing from the key and
+// nodes leasing from its shards would otherwise each see the whole limit.
+//
+// The mark lasts leaseMarkIntervals. A node that still finds the key hot
+// renews it when half of that is left; every node reads it again in the
+// last two intervals it knows of, and so hears of a renewal. Nobody
+// leases from a shard after the time it last heard the mark ends (less
+// SyncTimeout, for a lease still in flight), and a node hears of that
+// time before the mark ends in Redis; so once the mark is gone no shard
+// grants another lease, and a node that finds it gone charges the key
+// with what the shards show spent before leasing from the key again.
+//
+// Reports across the split: a key's leases were counted in what the key
+// showed spent, which the node that split it charged the shards with; so
+// the first report to a shard is only what the node spent beyond its
+// lease from the key. Across the merge, what the shards show spent,
+// outstanding leases included, is charged to the key; the first report to
+// the key is only what was spent beyond the shard leases, on top of the
+// node's lease from before the split, which the key still holds for it.
+// Every charge is idempotent (the largest counts), so any number of
+// nodes may split or merge a key together.
+type leaseShards struct {
+	keys     []string
+	limit    global.Limit // each shard's: the policy's, divided
+	home     int
+	until    int64    // when the mark ends, as last heard; never later than in Redis
+	lease    [2]int64 // this node's outstanding lease at the home shard and the next
+	fresh    bool     // no report yet: the next is only what was spent beyond keyLease
+	keyLease int64    // the lease the key itself holds for this node since the split
+	since    int64    // when this node moved to the shards
+	dry      int      // syncs to go before the next shard is asked again, having had nothing to top up with
+}
+
+// dryTopUps is how many syncs a node waits before it asks the next shard
+// again after a top-up that brought nothing: when the whole key is
+// spent, every home shard grants less than asked, and asking the next
+// shard every time would triple the scripts for nothing.
+const dryTopUps = 4
+
+// wantsTopUp reports whether a home grant of lease, against a demand of
+// requested, should be topped up from the next shard at sent.
+func (l *Limiter) wantsTopUp(ls *leaseShards, lease, requested, sent int64) bool {
+	if lease >= requested || len(ls.keys) < 2 || !l.mayLease(ls, sent) {
+		return false
+	}
+	if ls.dry > 0 {
+		ls.dry--
+		return false
+	}
+	return true
+}
+
+// maxShardSuffix is room for what global.ShardKeys adds to a key: a
+// shard's name must be as acceptable as the key's.
+const maxShardSuffix = 8
+
+// leaseMarkIntervals is how long, in intervals, a lease shard mark lasts
+// when set or renewed.
+const leaseMarkIntervals = 20
+
+// LeaseShardDirectory records, for the whole fleet, which Hybrid keys
+// lease from shards in the store, and moves what was spent across a
+// split or a merge. global.Redis implements it; see its methods for the
+// contract. The Syncer's lease answers for a marked key carry
+// global.Grant.Shards.
+type LeaseShardDirectory interface {
+	// MarkShards marks key as split into shards for ttl, or renews the
+	// mark, and returns the shard count in force.
+	MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error)
+	// ShardMark returns key's mark: its shard count (0 if none) and
+	// how long it stands.
+	ShardMark(ctx context.Context, key string) (int, time.Duration, error)
+	// LeaseUsed returns what keys' lease states show spent, summed.
+	LeaseUsed(ctx context.Context, keys []string, limit global.Limit) (int64, error)
+	// ChargeLeasesAtLeast makes each of keys' lease states show at least
+	// used spent; charging twice charges once.
+	ChargeLeasesAtLeast(ctx context.Context, keys []string, limit global.Limit, used int64) error
+}
+
+var _ LeaseShardDirectory = (*global.Redis)(nil)
+
+// errUnsettled marks a grant whose report reached no fleet state: it is
+// reported again at the next sync.
+var errUnsettled = errors.New("hybrid: the report was not settled")
+
+// newLeaseShards puts k on n lease shards until the mark's end, as heard.
+func (l *Limiter) newLeaseShards(k *keyState, n int, until int64) *leaseShards {
+	per, _ := splitLimit(k.pol.limit, n)
+	home := int((xxh3.HashString(l.cfg.Node) ^ xxh3.HashString(k.key)) % uint64(n))
+	return &leaseShards{keys: global.ShardKeys(k.key, n), limit: per, home: home, until: until,
+		fresh: true, keyLease: k.lease, since: l.now()}
+}
+
+// next is the shard a node tops up from.
+func (ls *leaseShards) next() int { return (ls.home + 1) % len(ls.keys) }
+
+// leaseLoad is the fleet's lease syncs per second of k, as this node
+// estimates it: the active nodes times its own syncs with demand since
+// the last call. Sync loop only.
+func (k *keyState) leaseLoad(now int64) (load float64, ok bool) {
+	dt := now - k.loadAt
+	if k.loadAt == 0 || dt <= 0 {
+		k.loadAt, k.syncsSeen = now, k.syncs
+		return 0, false
+	}
+	load = float64(k.nodes) * float64(k.syncs-k.syncsSeen) * 1e9 / float64(dt)
+	k.loadAt, k.syncsSeen = now, k.syncs
+	return load, true
+}
+
+// tendLeaseShards splits the batch's keys whose fleet-wide sync load is
+// hot, renews the marks of those still hot, and reads the marks of those
+// whose mark is about to end, merging them back if it has. Regular syncs
+// only, before the batch is synced.
+func (l *Limiter) tendLeaseShards(ctx context.Context, now int64, batch []*keyState) {
+	if l.ldir == nil || !l.fleets[0].closed.Load() {
+		return
+	}
+	hot := l.cfg.HotLeaseSyncs
+	interval := int64(l.cfg.Interval)
+	ttl := leaseMarkIntervals * l.cfg.Interval
+	for _, k := range batch {
+		load, ok := k.leaseLoad(now)
+		ls := k.lshards
+		switch {
+		case ls == nil:
+			if ok && hot > 0 && l.cfg.HotKeyShards > 1 && load >= hot {
+				l.splitLeases(ctx, k, now)
+			}
+		case ok && hot > 0 && load >= hot/2 && now >= ls.until-int64(ttl)/2:
+			// Still hot, with half the mark gone: renew it.
+			sent := l.now()
+			n, err := l.markLeases(ctx, k, len(ls.keys))
+			if err == nil {
+				l.heard(k, n, sent+int64(ttl))
+			}
+		case now >= ls.until-2*interval:
+			sent := l.now()
+			mctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+			n, left, err := l.ldir.ShardMark(mctx, k.key)
+			cancel()
+			switch {
+			case err != nil:
+			case n > 0:
+				l.heard(k, n, sent+int64(left))
+			default:
+				l.mergeLeases(ctx, k)
+			}
+		}
+	}
+}
+
+// heard records that k's mark stands with n shards until until.
+func (l *Limiter) heard(k *keyState, n int, until int64) {
+	ls := k.lshards
+	if ls == nil || len(ls.keys) != n {
+		// Another count (the mark was lost and set again): a new
+		// split, as far as this node's reports go.
+		keyLease := k.lease
+		if ls != nil {
+			keyLease = ls.keyLease
+		}
+		since := l.now()
+		if ls != nil {
+			since = ls.since
+		}
+		ls = l.newLeaseShards(k, n, until)
+		ls.keyLease, ls.since = keyLease, since
+		k.lshards = ls
+	}
+	ls.until = until
+}
+
+// markLeases marks k as split into n shards, or renews the mark.
+func (l *Limiter) markLeases(ctx context.Context, k *keyState, n int) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+	defer cancel()
+	return l.ldir.MarkShards(ctx, k.key, n, leaseMarkIntervals*l.cfg.Interval)
+}
+
+// splitLeases splits k's leases over shards, a quarter as many as its
+// nodes (at most HotKeyShards), if that leaves each shard a part worth
+// having. The shards are charged with their part of what the key showed
+// spent before the mark, so that the nodes the mark sends there at once
+// find no fresh bucket, and again after it, when the key's state stands
+// still, with what it finally showed.
+func (l *Limiter) splitLeases(ctx context.Context, k *keyState, now int64) {
+	n := min(l.cfg.HotKeyShards, k.nodes/4)
+	if n < 2 || !divisible(k.pol.limit, n) || len(k.key)+maxShardSuffix > l.cfg.MaxKeyLen {
+		return
+	}
+	per, _ := splitLimit(k.pol.limit, n)
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+	defer cancel()
+	before := max(0, k.pol.capacity-k.fleetRemaining.Load())
+	if err := l.ldir.ChargeLeasesAtLeast(cctx, global.ShardKeys(k.key, n), per, before/int64(n)); err != nil {
+		return
+	}
+	sent := l.now()
+	m, err := l.markLeases(ctx, k, n)
+	if err != nil {
+		return
+	}
+	if m != n {
+		per, _ = splitLimit(k.pol.limit, m)
+	}
+	if used, err := l.ldir.LeaseUsed(cctx, []string{k.key}, k.pol.limit); err == nil {
+		_ = l.ldir.ChargeLeasesAtLeast(cctx, global.ShardKeys(k.key, m), per, used/int64(m))
+	}
+	k.lshards = l.newLeaseShards(k, m, sent+int64(leaseMarkIntervals*l.cfg.Interval))
+}
+
+// mergeLeases takes k off its shards, whose mark is gone: the key itself
+// is charged with what they show spent, and k's next report to it is
+// only what was spent beyond its shard leases.
+func (l *Limiter) mergeLeases(ctx context.Context, k *keyState) {
+	ls := k.lshards
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+	defer cancel()
+	used, err := l.ldir.LeaseUsed(cctx, ls.keys, ls.limit)
+	if err != nil {
+		return // the shards lend nothing now; try again at the next sync
+	}
+	if err := l.ldir.ChargeLeasesAtLeast(cctx, []string{k.key}, k.pol.limit, used); err != nil {
+		return
+	}
+	k.handover = handover{pending: true, prev: ls.keyLease, held: ls.lease[0] + ls.lease[1]}
+	if l.now()-ls.since > l.leaseStateTTL(k.pol) {
+		// The key's state, untouched since the split, has expired with
+		// the lease it held for this node (the charge above made it
+		// anew).
+		k.handover.prev = 0
+	}
+	if ls.fresh {
+		// Split and merged before a report reached a shard.
+		k.handover.held = ls.keyLease
+	}
+	k.lshards = nil
+}
+
+// leaseStateTTL is how long the store keeps a lease state that no sync
+// touches, at least: two windows and ten intervals, as global.Redis
+// does.
+func (l *Limiter) leaseStateTTL(p *policy) int64 {
+	return int64(2*p.Window + 10*l.cfg.Interval)
+}
+
+// handover is how k's next report to the key itself, after a merge,
+// differs from what was spent: prev, the lease the key still holds for
+// the node, plus what was spent beyond held, its leases at the shards.
+type handover struct {
+	pending    bool
+	prev, held int64
+}
+
+// target is one Usage of a sync with sharded leases: the key itself
+// (shard -1), its home shard (0) or the next (1), for batch[j].
+type target struct {
+	j, shard int
+}
+
+// callLeases syncs batch with Config.Syncer, which leases shards: a
+// sharded key leases from its home shard, and in a second round trip
+// from the next shard when the home shard granted less than it asked; a
+// key the fleet split since this node last heard is told so by its own
+// lease script and moves to its shards, in the same sync. The grants are
+// folded into one per key. syncMu is held.
+func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, marks []mark) (*global.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+	defer cancel()
+	s := &l.syncs
+	out := &global.Response{Grants: make([]global.Grant, len(batch))}
+	consumed := s.consumed[:0]
+	for j, k := range batch {
+		consumed = append(consumed, k.unreported(0, marks[j].s0))
+	}
+	s.consumed = consumed
+	sent := l.now()
+	short := s.short[:0] // keys whose home shard granted less than asked
+	req := &f.req
+	req.Node, req.Interval, req.Shares = l.cfg.Node, l.cfg.Interval, l.cfg.Shares
+	req.Keys = req.Keys[:0]
+	tg := s.targets[:0]
+	for j, k := range batch {
+		ls := k.lshards
+		if ls == nil {
+			c := consumed[j]
+			if h := k.handover; h.pending {
+				c = h.prev + max(0, c-h.held)
+			}
+			req.Keys = append(req.Keys, global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: c, Demand: k.requested})
+			tg = append(tg, target{j, -1})
+			continue
+		}
+		tg = l.shardUsages(req, tg, j, k, consumed[j], sent)
+	}
+	resp, err := f.syncer.Sync(ctx, req)
+	if err == nil && len(resp.Grants) != len(req.Keys) {
+		err = fmt.Errorf("hybrid: Config.%s returned %d grants for %d keys", f.name, len(resp.Grants), len(req.Keys))
+	}
+	if err != nil {
+		s.targets = tg
+		return nil, err
+	}
+	out.Partitioned = resp.Partitioned
+	var again []int // moved to their shards: report there, in a second round trip
+	for i, t := range tg {
+		g, k := resp.Grants[i], batch[t.j]
+		switch {
+		case t.shard < 0 && g.Shards > 0:
+			k.lshards = l.newLeaseShards(k, g.Shards, sent+int64(g.ShardedFor))
+			again = append(again, t.j)
+		case t.shard < 0:
+			out.Grants[t.j] = g
+			if g.Err == nil {
+				k.handover = handover{}
+			}
+		case t.shard == 0:
+			out.Grants[t.j] = k.lshards.fold(g)
+			if g.Err == nil {
+				k.lshards.lease[0], k.lshards.fresh = g.Lease, false
+				if l.wantsTopUp(k.lshards, g.Lease, k.requested, sent) {
+					short = append(short, t.j)
+				}
+			}
+		default:
+			if g.Err == nil {
+				k.lshards.lease[1] = g.Lease
+			}
+		}
+	}
+	s.targets = tg
+	for round := 0; round < 2 && len(again)+len(short) > 0; round++ {
+		again, short = l.moreLeases(ctx, f, batch, consumed, out, again, short)
+	}
+	s.short = short[:0]
+	for _, j := range again {
+		out.Grants[j] = global.Grant{Err: errUnsettled}
+	}
+	return out, nil
+}
+
+// mayLease reports whether ls's shards may lease at sent: not once the
+// mark may have ended before a lease sent now arrives.
+func (l *Limiter) mayLease(ls *leaseShards, sent int64) bool {
+	return sent+int64(l.cfg.SyncTimeout) < ls.until
+}
+
+// shardUsages adds k's usages of its shards to req: its home shard's,
+// and the next shard's when it holds a lease there, to settle it. What
+// was spent is split between them in proportion to their leases.
+func (l *Limiter) shardUsages(req *global.Request, tg []target, j int, k *keyState, c, sent int64) []target {
+	ls := k.lshards
+	demand := k.requested
+	if !l.mayLease(ls, sent) {
+		demand = 0 // the mark may end first: hand the leases back
+	}
+	if ls.fresh {
+		c = max(0, c-ls.keyLease)
+	}
+	home, next := c, int64(0)
+	if held := ls.lease[0] + ls.lease[1]; ls.lease[1] > 0 && held > 0 {
+		next = mulDiv(c, ls.lease[1], held)
+		home = c - next
+	}
+	req.Keys = append(req.Keys, global.Usage{Key: ls.keys[ls.home], Limit: ls.limit, Consumed: home, Demand: demand})
+	tg = append(tg, target{j, 0})
+	if ls.lease[1] > 0 || next > 0 {
+		req.Keys = append(req.Keys, global.Usage{Key: ls.keys[ls.next()], Limit: ls.limit, Consumed: next})
+		tg = append(tg, target{j, 1})
+	}
+	return tg
+}
+
+// moreLeases runs a further round trip: keys just moved to their shards
+// report and lease there, and keys whose home shard was short top up
+// from the next shard. It returns the keys that still need either.
+func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, consumed []int64, out *global.Response, again, short []int) ([]int, []int) {
+	s := &l.syncs
+	req := &f.req
+	req.Keys = req.Keys[:0]
+	tg := s.targets[:0]
+	sent := l.now()
+	for _, j := range again {
+		tg = l.shardUsages(req, tg, j, batch[j], consumed[j], sent)
+	}
+	for _, j := range short {
+		k := batch[j]
+		ls := k.lshards
+		// The next shard was settled in the first round trip (or held
+		// nothing): this asks only for the rest.
+		req.Keys = append(req.Keys, global.Usage{Key: ls.keys[ls.next()], Limit: ls.limit, Demand: k.requested - ls.lease[0]})
+		tg = append(tg, target{j, 2})
+	}
+	s.targets = tg
+	resp, err := f.syncer.Sync(ctx, req)
+	if err == nil && len(resp.Grants) != len(req.Keys) {
+		err = fmt.Errorf("hybrid: Config.%s returned %d grants for %d keys", f.name, len(resp.Grants), len(req.Keys))
+	}
+	if err != nil {
+		return again, nil // no top-up this time; the moved keys report next time
+	}
+	var short2 []int
+	for i, t := range tg {
+		g, k := resp.Grants[i], batch[t.j]
+		ls := k.lshards
+		switch t.shard {
+		case 0:
+			out.Grants[t.j] = ls.fold(g)
+			if g.Err == nil {
+				ls.lease[0], ls.fresh = g.Lease, false
+				k.handover = handover{}
+				if l.wantsTopUp(ls, g.Lease, k.requested, sent) {
+					short2 = append(short2, t.j)
+				}
+			}
+		case 1:
+			if g.Err == nil {
+				ls.lease[1] = g.Lease
+			}
+		case 2:
+			if g.Err == nil {
+				ls.lease[1] = g.Lease
+				out.Grants[t.j] = ls.topUp(out.Grants[t.j], g)
+				if g.Lease == 0 {
+					ls.dry = dryTopUps
+				}
+			}
+		}
+	}
+	return nil, short2
+}
+
+// fold turns a home shard's grant into the key's: the lease is the
+// node's, the fleet's figures are the shard's times the shard count, an
+// estimate of the key's that holds while the shards are evenly used.
+func (ls *leaseShards) fold(g global.Grant) global.Grant {
+	if g.Err != nil {
+		return g
+	}
+	n := int64(len(ls.keys))
+	g.Used *= n
+	g.Remaining *= n
+	g.Nodes *= int(n)
+	g.Weight /= float64(n)
+	return g
+}
+
+// topUp adds the next shard's grant t to the key's grant g.
+func (ls *leaseShards) topUp(g, t global.Grant) global.Grant {
+	if g.Err != nil {
+		return g
+	}
+	g.Lease += t.Lease
+	g.Weight += t.Weight / float64(len(ls.keys))
+	g.ResetAfter = max(g.ResetAfter, t.ResetAfter)
+	return g
+}
