@@ -245,7 +245,9 @@ type Config struct {
 	// HotKeyShards is how many Redis keys a hot Strict key is split
 	// into, each with its part of the limit, so that its round trips
 	// spread over a Redis Cluster's masters (a multiple of their number
-	// spreads them evenly). Default DefaultHotKeyShards; 1 never shards.
+	// spreads them evenly), and the most a hot Hybrid key's leases are
+	// split into (see HotLeaseSyncs). Default DefaultHotKeyShards; 1
+	// never shards.
 	// A node does not split a limit under 10 per shard. Sharding needs a
 	// Syncer that implements ShardDirectory (global.Redis does), which
 	// makes every node of the fleet decide a sharded key on its shards,
