@@ -120,7 +120,7 @@ func checkClientTimeouts(c redis.UniversalClient, timeout time.Duration) error {
 }
 
 var scripts = []*redis.Script{leaseTokenBucket, leaseSlidingWindow, strictGCRA, strictSlidingWindow, markShards,
-	chargeGCRA, chargeSlidingWindow, readMark, leaseUsed, chargeLease}
+	chargeGCRA, chargeSlidingWindow, readMark, renewMark, leaseUsed, chargeLease}
 
 // loadScripts loads every script on every shard, so a pipeline of EVALSHA
 // finds them.
@@ -375,6 +375,25 @@ func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit Limit, used
 	return err
 }
 
+// RenewShards extends key's shard mark (see MarkShards) to ttl from now
+// if it stands, and returns its shard count; if it does not, it returns 0
+// and marks nothing, so that a node that was late to renew a split that
+// has ended cannot bring it back without the split's charges.
+func (r *Redis) RenewShards(ctx context.Context, key string, ttl time.Duration) (int, error) {
+	if ttl < time.Millisecond {
+		return 0, fmt.Errorf("%w: RenewShards needs a ttl of 1ms or more; got %v", ErrInvalid, ttl)
+	}
+	marker, err := r.redisKey(key, "shards")
+	if err != nil {
+		return 0, err
+	}
+	v, err := r.runOne(ctx, scriptCall{renewMark, []string{marker}, []any{ttl.Milliseconds()}})
+	if err != nil {
+		return 0, err
+	}
+	return int(v[0]), nil
+}
+
 // ShardMark reports key's fleet-wide shard mark (see MarkShards): the
 // shard count and how much longer the mark stands, or 0 if key is not
 // split.
@@ -395,7 +414,7 @@ func (r *Redis) ShardMark(ctx context.Context, key string) (shards int, left tim
 // back from its shards learns what they had spent. It decides and
 // changes nothing, and takes one round trip per Redis node.
 func (r *Redis) LeaseUsed(ctx context.Context, keys []string, limit Limit) (int64, error) {
-	calls, err := r.leaseStateCalls(leaseUsed, keys, limit, 0)
+	calls, err := r.leaseStateCalls(leaseUsed, keys, limit, 0, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -416,16 +435,23 @@ func (r *Redis) LeaseUsed(ctx context.Context, keys []string, limit Limit) (int6
 }
 
 // ChargeLeasesAtLeast makes each of keys' lease states show at least used
-// spent now under limit, unless it already shows as much, leaving every
-// node's lease alone. It is how a key split into shards, or merged back
-// from them, takes over what was spent before, so that neither hands out
-// a fresh bucket; charging twice charges once, so every node of a fleet
-// may charge. One round trip per Redis node.
-func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, keys []string, limit Limit, used int64) error {
-	if used <= 0 {
-		return limit.Validate()
+// spent now under limit, unless it already shows as much. It is how a key
+// split into shards, or merged back from them, takes over what was spent
+// before, so that neither hands out a fresh bucket; charging twice
+// charges once, so every node of a fleet may charge. Nodes not seen for
+// three of the fleet's sync intervals are forgotten first, as Sync
+// forgets them, so that a node coming back to a state it left long ago
+// reports against no lease (a zero interval forgets nobody). One round
+// trip per Redis node.
+func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, keys []string, limit Limit, used int64, interval time.Duration) error {
+	if interval < 0 {
+		return fmt.Errorf("%w: ChargeLeasesAtLeast's interval is %v; it must not be negative", ErrInvalid, interval)
 	}
-	calls, err := r.leaseStateCalls(chargeLease, keys, limit, used)
+	stale := int64(0)
+	if interval > 0 {
+		stale = 3 * micros(interval)
+	}
+	calls, err := r.leaseStateCalls(chargeLease, keys, limit, max(used, 0), stale)
 	if err != nil {
 		return err
 	}
@@ -444,7 +470,7 @@ func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, keys []string, limit Li
 }
 
 // leaseStateCalls builds one call of script per key's lease state.
-func (r *Redis) leaseStateCalls(script *redis.Script, keys []string, limit Limit, n int64) ([]scriptCall, error) {
+func (r *Redis) leaseStateCalls(script *redis.Script, keys []string, limit Limit, n, stale int64) ([]scriptCall, error) {
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -462,7 +488,7 @@ func (r *Redis) leaseStateCalls(script *redis.Script, keys []string, limit Limit
 		if err != nil {
 			return nil, err
 		}
-		calls = append(calls, scriptCall{script, []string{k}, []any{sw, limit.Limit, window, limit.burst(), n, ttl}})
+		calls = append(calls, scriptCall{script, []string{k}, []any{sw, limit.Limit, window, limit.burst(), n, ttl, stale}})
 	}
 	return calls, nil
 }

@@ -317,6 +317,15 @@ end
 return {1}
 `)
 
+// renewMark: KEYS[1] a shard marker. ARGV: ttl_ms. Extends the mark if
+// it stands. Returns {shards}, or {0} if it does not.
+var renewMark = redis.NewScript(`
+local n = tonumber(redis.call('GET', KEYS[1]))
+if not n then return {0} end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return {n}
+`)
+
 // readMark: KEYS[1] a shard marker. Returns {shards, ttl_us}, or {0, 0}
 // if the key is not marked.
 var readMark = redis.NewScript(`
@@ -358,9 +367,22 @@ return {used}
 
 // chargeLease raises what a lease state (KEYS[1]) shows spent to at
 // least n, as chargeGCRA and chargeSlidingWindow do for strict state:
-// charging twice charges once. The nodes' fields are left alone. ARGV as
-// leaseNow, then ttl_ms, the least the state should live. Returns {1}.
+// charging twice charges once. ARGV as leaseNow, then ttl_ms, the least
+// the state should live, and stale_us: nodes not seen for that long are
+// forgotten first, as the lease scripts forget them (0: none), so that
+// a node that comes back reports against no lease. Returns {1}.
 var chargeLease = redis.NewScript(leaseNow + `
+local stale = tonumber(ARGV[7])
+if stale > 0 then
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 2) == 's:' and now - tonumber(all[i + 1]) > stale then
+      local node = string.sub(f, 3)
+      redis.call('HDEL', KEYS[1], 's:' .. node, 'd:' .. node, 'l:' .. node, 'g:' .. node)
+    end
+  end
+end
 local cap = burst
 if sw then cap = limit end
 local want = math.min(n, cap)

@@ -159,10 +159,23 @@ func TestLeaseShardMark(t *testing.T) {
 		assert.Equal(t, global.Grant{Shards: 4, ShardedFor: g.ShardedFor}, g, alg)
 		assert.InDelta(t, 300*time.Millisecond, g.ShardedFor, float64(100*time.Millisecond))
 
+		n, err = r.RenewShards(ctx, key, 400*time.Millisecond)
+		require.NoError(t, err)
+		assert.Equal(t, 4, n, "a standing mark is extended")
+		_, left, err = r.ShardMark(ctx, key)
+		require.NoError(t, err)
+		assert.Greater(t, left, 300*time.Millisecond)
+
 		require.Eventually(t, func() bool {
 			n, _, err := r.ShardMark(ctx, key)
 			return err == nil && n == 0
 		}, 2*time.Second, 20*time.Millisecond, "the mark expires")
+		n, err = r.RenewShards(ctx, key, time.Second)
+		require.NoError(t, err)
+		assert.Zero(t, n, "an ended mark is not brought back")
+		n, _, err = r.ShardMark(ctx, key)
+		require.NoError(t, err)
+		assert.Zero(t, n)
 		// The 500 reported while marked went to the shards, not here:
 		// a's lease of 100 is still outstanding, and settles as spent.
 		g = sync1(t, r, "a", key, lim, 100, 0)
@@ -201,7 +214,7 @@ func TestLeaseUsedAndCharge(t *testing.T) {
 				require.Equal(t, tc.leased, sync1(t, r, "a", key, lim, 0, tc.leased).Lease)
 			}
 			for _, c := range tc.charges {
-				require.NoError(t, r.ChargeLeasesAtLeast(ctx, []string{key}, lim, c))
+				require.NoError(t, r.ChargeLeasesAtLeast(ctx, []string{key}, lim, c, 0))
 			}
 			used, err := r.LeaseUsed(ctx, []string{key}, lim)
 			require.NoError(t, err)
@@ -219,7 +232,36 @@ func TestLeaseUsedAndCharge(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(60), used, alg)
 	}
-	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, []string{"k"}, global.Limit{}, 5), global.ErrInvalid)
+	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, []string{"k"}, global.Limit{}, 5, 0), global.ErrInvalid)
+	lim := global.Limit{Limit: 1000, Window: time.Hour}
+	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, []string{"k"}, lim, 5, -time.Second), global.ErrInvalid)
 	_, err := r.LeaseUsed(ctx, []string{"k"}, global.Limit{})
 	require.ErrorIs(t, err, global.ErrInvalid)
+}
+
+// TestChargeForgetsStaleNodes checks that a charge with an interval
+// forgets the nodes not seen for three of them, leases and all: a node
+// coming back reports against no lease, so what it reports is all
+// counted and nothing is handed back, while a node seen lately keeps its
+// lease.
+func TestChargeForgetsStaleNodes(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+		key := "forget-" + alg.String()
+		lim := global.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
+		require.Equal(t, int64(100), sync1(t, r, "old", key, lim, 0, 100).Lease)
+		time.Sleep(400 * time.Millisecond)
+		require.Equal(t, int64(100), sync1(t, r, "new", key, lim, 0, 100).Lease)
+		require.NoError(t, r.ChargeLeasesAtLeast(ctx, []string{key}, lim, 0, 50*time.Millisecond))
+		// old's lease of 100 is forgotten, still counted as spent: its
+		// report of 30 is 30 more, not 70 handed back.
+		g := sync1(t, r, "old", key, lim, 30, 0)
+		assert.Equal(t, int64(230), g.Used, alg)
+		// new's lease stands: its report of 30 hands 70 back.
+		g = sync1(t, r, "new", key, lim, 30, 0)
+		assert.Equal(t, int64(160), g.Used, alg)
+	}
 }

@@ -58,6 +58,7 @@ type keyState struct {
 	hotRate   float64      // Strict: the rate the sketch last saw
 	lshards   *leaseShards // Hybrid: the Redis shards its leases come from; nil if none
 	handover  handover     // Hybrid: how the next report to the key itself, after a merge, differs
+	keyLease  int64        // Hybrid: the last lease the key itself (not a shard, not Failover) granted
 	syncs     int64        // Hybrid: syncs with demand, for the fleet's sync load
 	syncsSeen int64        // syncs at loadAt
 	loadAt    int64        // when the sync load was last estimated

@@ -56,8 +56,8 @@ type leaseShards struct {
 	until    int64    // when the mark ends, as last heard; never later than in Redis
 	lease    [2]int64 // this node's outstanding lease at the home shard and the next
 	fresh    bool     // no report yet: the next is only what was spent beyond keyLease
-	keyLease int64    // the lease the key itself holds for this node since the split
-	since    int64    // when this node moved to the shards
+	keyLease int64    // what this node held that the key counted as spent at the split
+	owed     int64    // consumption the next shard refused to settle, reported again
 	dry      int      // syncs to go before the next shard is asked again, having had nothing to top up with
 }
 
@@ -97,14 +97,18 @@ type LeaseShardDirectory interface {
 	// MarkShards marks key as split into shards for ttl, or renews the
 	// mark, and returns the shard count in force.
 	MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error)
+	// RenewShards extends key's mark to ttl if it stands, and returns
+	// its shard count, or 0 if it does not.
+	RenewShards(ctx context.Context, key string, ttl time.Duration) (int, error)
 	// ShardMark returns key's mark: its shard count (0 if none) and
 	// how long it stands.
 	ShardMark(ctx context.Context, key string) (int, time.Duration, error)
 	// LeaseUsed returns what keys' lease states show spent, summed.
 	LeaseUsed(ctx context.Context, keys []string, limit global.Limit) (int64, error)
 	// ChargeLeasesAtLeast makes each of keys' lease states show at least
-	// used spent; charging twice charges once.
-	ChargeLeasesAtLeast(ctx context.Context, keys []string, limit global.Limit, used int64) error
+	// used spent; charging twice charges once. Nodes not seen for three
+	// intervals are forgotten first.
+	ChargeLeasesAtLeast(ctx context.Context, keys []string, limit global.Limit, used int64, interval time.Duration) error
 }
 
 var _ LeaseShardDirectory = (*global.Redis)(nil)
@@ -117,8 +121,12 @@ var errUnsettled = errors.New("hybrid: the report was not settled")
 func (l *Limiter) newLeaseShards(k *keyState, n int, until int64) *leaseShards {
 	per, _ := splitLimit(k.pol.limit, n)
 	home := int((xxh3.HashString(l.cfg.Node) ^ xxh3.HashString(k.key)) % uint64(n))
+	counted := k.keyLease
+	if k.handover.pending {
+		counted = k.handover.held // merged, and split again before a report
+	}
 	return &leaseShards{keys: global.ShardKeys(k.key, n), limit: per, home: home, until: until,
-		fresh: true, keyLease: k.lease, since: l.now()}
+		fresh: true, keyLease: counted}
 }
 
 // next is the shard a node tops up from.
@@ -157,12 +165,20 @@ func (l *Limiter) tendLeaseShards(ctx context.Context, now int64, batch []*keySt
 			if ok && hot > 0 && l.cfg.HotKeyShards > 1 && load >= hot {
 				l.splitLeases(ctx, k, now)
 			}
-		case ok && hot > 0 && load >= hot/2 && now >= ls.until-int64(ttl)/2:
-			// Still hot, with half the mark gone: renew it.
+		case ok && hot > 0 && load >= hot/2 && now >= ls.until-int64(ttl)/2 && l.mayLease(ls, now):
+			// Still hot, with half the mark gone: extend it. Only while
+			// it surely stands: a split that has ended is not brought
+			// back but by a new split, with its charges.
 			sent := l.now()
-			n, err := l.markLeases(ctx, k, len(ls.keys))
-			if err == nil {
-				l.heard(k, n, sent+int64(ttl))
+			rctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+			n, err := l.ldir.RenewShards(rctx, k.key, ttl)
+			cancel()
+			switch {
+			case err != nil:
+			case n == len(ls.keys):
+				ls.until = sent + int64(ttl)
+			default:
+				l.mergeLeases(ctx, k)
 			}
 		case now >= ls.until-2*interval:
 			sent := l.now()
@@ -171,34 +187,16 @@ func (l *Limiter) tendLeaseShards(ctx context.Context, now int64, batch []*keySt
 			cancel()
 			switch {
 			case err != nil:
-			case n > 0:
-				l.heard(k, n, sent+int64(left))
+			case n == len(ls.keys):
+				ls.until = max(ls.until, sent+int64(left))
 			default:
+				// Gone, or split again with another count since this node
+				// last heard: what its shards spent goes to the key, and
+				// a new split redirects it at its next sync.
 				l.mergeLeases(ctx, k)
 			}
 		}
 	}
-}
-
-// heard records that k's mark stands with n shards until until.
-func (l *Limiter) heard(k *keyState, n int, until int64) {
-	ls := k.lshards
-	if ls == nil || len(ls.keys) != n {
-		// Another count (the mark was lost and set again): a new
-		// split, as far as this node's reports go.
-		keyLease := k.lease
-		if ls != nil {
-			keyLease = ls.keyLease
-		}
-		since := l.now()
-		if ls != nil {
-			since = ls.since
-		}
-		ls = l.newLeaseShards(k, n, until)
-		ls.keyLease, ls.since = keyLease, since
-		k.lshards = ls
-	}
-	ls.until = until
 }
 
 // markLeases marks k as split into n shards, or renews the mark.
@@ -223,7 +221,7 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState, now int64) {
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
 	defer cancel()
 	before := max(0, k.pol.capacity-k.fleetRemaining.Load())
-	if err := l.ldir.ChargeLeasesAtLeast(cctx, global.ShardKeys(k.key, n), per, before/int64(n)); err != nil {
+	if err := l.ldir.ChargeLeasesAtLeast(cctx, global.ShardKeys(k.key, n), per, before/int64(n), l.cfg.Interval); err != nil {
 		return
 	}
 	sent := l.now()
@@ -235,14 +233,15 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState, now int64) {
 		per, _ = splitLimit(k.pol.limit, m)
 	}
 	if used, err := l.ldir.LeaseUsed(cctx, []string{k.key}, k.pol.limit); err == nil {
-		_ = l.ldir.ChargeLeasesAtLeast(cctx, global.ShardKeys(k.key, m), per, used/int64(m))
+		_ = l.ldir.ChargeLeasesAtLeast(cctx, global.ShardKeys(k.key, m), per, used/int64(m), l.cfg.Interval)
 	}
 	k.lshards = l.newLeaseShards(k, m, sent+int64(leaseMarkIntervals*l.cfg.Interval))
 }
 
 // mergeLeases takes k off its shards, whose mark is gone: the key itself
-// is charged with what they show spent, and k's next report to it is
-// only what was spent beyond its shard leases.
+// is charged with what they show spent, and forgets the nodes' leases
+// from before the split, which it counted then; k's next report to it is
+// only what was spent beyond its shard leases, which the charge counted.
 func (l *Limiter) mergeLeases(ctx context.Context, k *keyState) {
 	ls := k.lshards
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
@@ -251,36 +250,23 @@ func (l *Limiter) mergeLeases(ctx context.Context, k *keyState) {
 	if err != nil {
 		return // the shards lend nothing now; try again at the next sync
 	}
-	if err := l.ldir.ChargeLeasesAtLeast(cctx, []string{k.key}, k.pol.limit, used); err != nil {
+	if err := l.ldir.ChargeLeasesAtLeast(cctx, []string{k.key}, k.pol.limit, used, l.cfg.Interval); err != nil {
 		return
 	}
-	k.handover = handover{pending: true, prev: ls.keyLease, held: ls.lease[0] + ls.lease[1]}
-	if l.now()-ls.since > l.leaseStateTTL(k.pol) {
-		// The key's state, untouched since the split, has expired with
-		// the lease it held for this node (the charge above made it
-		// anew).
-		k.handover.prev = 0
-	}
+	held := ls.lease[0] + ls.lease[1]
 	if ls.fresh {
-		// Split and merged before a report reached a shard.
-		k.handover.held = ls.keyLease
+		held = ls.keyLease // split and merged before a report reached a shard
 	}
+	k.handover = handover{pending: true, held: held}
 	k.lshards = nil
 }
 
-// leaseStateTTL is how long the store keeps a lease state that no sync
-// touches, at least: two windows and ten intervals, as global.Redis
-// does.
-func (l *Limiter) leaseStateTTL(p *policy) int64 {
-	return int64(2*p.Window + 10*l.cfg.Interval)
-}
-
 // handover is how k's next report to the key itself, after a merge,
-// differs from what was spent: prev, the lease the key still holds for
-// the node, plus what was spent beyond held, its leases at the shards.
+// differs from what was spent: only what was spent beyond held, the
+// leases the key's charge counted.
 type handover struct {
-	pending    bool
-	prev, held int64
+	pending bool
+	held    int64
 }
 
 // target is one Usage of a sync with sharded leases: the key itself
@@ -316,7 +302,7 @@ func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, m
 		if ls == nil {
 			c := consumed[j]
 			if h := k.handover; h.pending {
-				c = h.prev + max(0, c-h.held)
+				c = max(0, c-h.held)
 			}
 			req.Keys = append(req.Keys, global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: c, Demand: k.requested})
 			tg = append(tg, target{j, -1})
@@ -343,7 +329,7 @@ func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, m
 		case t.shard < 0:
 			out.Grants[t.j] = g
 			if g.Err == nil {
-				k.handover = handover{}
+				k.handover, k.keyLease = handover{}, g.Lease
 			}
 		case t.shard == 0:
 			out.Grants[t.j] = k.lshards.fold(g)
@@ -354,9 +340,7 @@ func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, m
 				}
 			}
 		default:
-			if g.Err == nil {
-				k.lshards.lease[1] = g.Lease
-			}
+			k.lshards.settled(g, req.Keys[i].Consumed)
 		}
 	}
 	s.targets = tg
@@ -393,6 +377,7 @@ func (l *Limiter) shardUsages(req *global.Request, tg []target, j int, k *keySta
 		next = mulDiv(c, ls.lease[1], held)
 		home = c - next
 	}
+	next += ls.owed
 	req.Keys = append(req.Keys, global.Usage{Key: ls.keys[ls.home], Limit: ls.limit, Consumed: home, Demand: demand})
 	tg = append(tg, target{j, 0})
 	if ls.lease[1] > 0 || next > 0 {
@@ -417,6 +402,9 @@ func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, c
 	for _, j := range short {
 		k := batch[j]
 		ls := k.lshards
+		if ls.owed > 0 {
+			continue // the next shard still holds an unsettled lease
+		}
 		// The next shard was settled in the first round trip (or held
 		// nothing): this asks only for the rest.
 		req.Keys = append(req.Keys, global.Usage{Key: ls.keys[ls.next()], Limit: ls.limit, Demand: k.requested - ls.lease[0]})
@@ -445,9 +433,7 @@ func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, c
 				}
 			}
 		case 1:
-			if g.Err == nil {
-				ls.lease[1] = g.Lease
-			}
+			ls.settled(g, req.Keys[i].Consumed)
 		case 2:
 			if g.Err == nil {
 				ls.lease[1] = g.Lease
@@ -459,6 +445,16 @@ func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, c
 		}
 	}
 	return nil, short2
+}
+
+// settled records the next shard's answer g to a report of consumed: its
+// lease is settled, or what it refused is reported again next time.
+func (ls *leaseShards) settled(g global.Grant, consumed int64) {
+	if g.Err != nil {
+		ls.owed = consumed
+		return
+	}
+	ls.lease[1], ls.owed = g.Lease, 0
 }
 
 // fold turns a home shard's grant into the key's: the lease is the

@@ -19,17 +19,10 @@ import (
 )
 
 // leaseStamp is when key's lease state was last written by a lease
-// script on c, in Redis's microseconds; 0 if never. key must need no
-// escaping in a hash tag.
+// script on c, in Redis's microseconds; 0 if never.
 func leaseStamp(t *testing.T, c redis.UniversalClient, key string) int64 {
 	t.Helper()
-	v, err := c.HGet(context.Background(), global.DefaultPrefix+"{"+key+"}:lease", "ts").Result()
-	if err == redis.Nil {
-		return 0
-	}
-	require.NoError(t, err)
-	ts, err := strconv.ParseInt(v, 10, 64)
-	require.NoError(t, err)
+	ts, _ := hgetInt(t, c, key, "ts")
 	return ts
 }
 
@@ -103,9 +96,13 @@ func TestLeaseShardsFleetWide(t *testing.T) {
 		assert.Greater(t, leaseStamp(t, c, sh), before[i], "shard %d leases", i)
 	}
 	assert.Equal(t, []int{2, 2, 2, 2, 2, 2, 2, 2}, shardsOf(nodes, key), "still split")
-	// Unsharded, this fleet's busiest window measured 2,044-2,047.
-	assert.LessOrEqual(t, float64(peak), limit*1.05, "admitted in one window")
-	assert.LessOrEqual(t, float64(got), rate*1.01, "admitted overall")
+	// The leases the nodes held when the run began are spent in it, on
+	// top of the rate; with top-ups from the next shard they are a
+	// little larger than unsharded. Measured: 7,987-8,094 admitted and
+	// busiest windows of 2,047-2,112; the same fleet unsharded, 7,979-
+	// 8,007 and 2,044-2,047.
+	assert.LessOrEqual(t, float64(peak), limit*1.08, "admitted in one window")
+	assert.LessOrEqual(t, float64(got), rate*1.02, "admitted overall")
 	assert.GreaterOrEqual(t, float64(got), rate*0.97, "the shards strand nothing")
 	for _, n := range r.PerNode() {
 		assert.Greater(t, n, 0, "every node is served")
@@ -207,4 +204,173 @@ func TestLeaseShardAccounting(t *testing.T) {
 	t.Logf("admitted %d; the key shows %d spent (split after %d steps, merged %d steps after the splitting nodes left)", admitted, used, split, merged)
 	assert.GreaterOrEqual(t, used, int64(admitted), "nothing leaked across the split and the merge")
 	assert.LessOrEqual(t, used, int64(admitted+slack), "nothing counted twice beyond the outstanding leases")
+}
+
+// hgetInt reads field of key's lease state on c, and whether it is there.
+// key must need no escaping in a hash tag.
+func hgetInt(t *testing.T, c redis.UniversalClient, key, field string) (int64, bool) {
+	t.Helper()
+	v, err := c.HGet(context.Background(), global.DefaultPrefix+"{"+key+"}:lease", field).Result()
+	if err == redis.Nil {
+		return 0, false
+	}
+	require.NoError(t, err)
+	n, err := strconv.ParseInt(v, 10, 64)
+	require.NoError(t, err)
+	return n, true
+}
+
+// TestLeaseMergeForgetsSplitLeases merges a key whose nodes spent nothing
+// since the split: their first reports to the key must charge nothing.
+// The leases the key held for them at the split were counted then (and
+// charged to the shards), so the merge charge forgets them; a report
+// against them would charge each again, and one against a lease the
+// key's first script had already dropped as stale would too.
+func TestLeaseMergeForgetsSplitLeases(t *testing.T) {
+	t.Parallel()
+	const interval = 50 * time.Millisecond
+	s := redistest.StartServer(t)
+	c := s.Client(t)
+	p := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: 10_000_000, Window: time.Hour}
+	nodes := fleettest.Limiters(t, 8, func(i int) hybrid.Config {
+		hot := 1.0
+		if i >= 1 {
+			hot = -1
+		}
+		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: redisSyncer(t, s), Interval: interval,
+			HotLeaseSyncs: hot, ManualSync: true}
+	})
+	const key = "dbl"
+	step := func(active []*hybrid.Limiter, traffic bool) {
+		for _, l := range active {
+			if traffic {
+				for range 50 {
+					_, err := l.Allow(key)
+					require.NoError(t, err)
+				}
+			}
+			require.NoError(t, l.SyncOnce(context.Background()))
+		}
+		time.Sleep(interval)
+	}
+	for i := 0; i < 40 && !slices.Equal(shardsOf(nodes, key), []int{2, 2, 2, 2, 2, 2, 2, 2}); i++ {
+		step(nodes, true)
+	}
+	require.Equal(t, []int{2, 2, 2, 2, 2, 2, 2, 2}, shardsOf(nodes, key), "split")
+	keyLease := map[string]int64{}
+	for i := 2; i <= 8; i++ {
+		n := "node-" + strconv.Itoa(i)
+		keyLease[n], _ = hgetInt(t, c, key, "l:"+n)
+	}
+	t.Logf("leases the key holds for the nodes at the split: %v", keyLease)
+	// Node 1, the only one that renews, stops syncing (it left, or is
+	// paused or cut off).
+	left := nodes[1:]
+	for range 3 {
+		step(left, false) // no traffic: nothing more is spent
+	}
+	for i := 0; i < 60; i++ {
+		merged := 0
+		for j, l := range left {
+			n := "node-" + strconv.Itoa(j+2)
+			cur0, _ := hgetInt(t, c, key, "cur")
+			hadShards := shardsOf([]*hybrid.Limiter{l}, key)[0] > 0
+			field, ok := hgetInt(t, c, key, "l:"+n)
+			require.NoError(t, l.SyncOnce(context.Background()))
+			if hadShards && shardsOf([]*hybrid.Limiter{l}, key)[0] == 0 {
+				cur1, _ := hgetInt(t, c, key, "cur")
+				lnew, _ := hgetInt(t, c, key, "l:"+n)
+				t.Logf("%s merged: its l: field at the key before its report: %d (present %v); cur %d -> %d; new lease %d; charged beyond the new lease: %d (its key lease was %d)",
+					n, field, ok, cur0, cur1, lnew, cur1-cur0-lnew, keyLease[n])
+				if j > 0 {
+					require.Zero(t, cur1-cur0-lnew, "%s spent nothing since the split, yet its first report to the key charged %d", n, cur1-cur0-lnew)
+				}
+			}
+			if shardsOf([]*hybrid.Limiter{l}, key)[0] == 0 {
+				merged++
+			}
+		}
+		if merged == len(left) {
+			break
+		}
+		time.Sleep(interval)
+	}
+}
+
+// TestLeaseLateRenewal has the only node that renews a split miss its
+// syncs until the mark lapses and the others merge and spend from the
+// key; then it comes back, still hot. A renewal then must not bring the
+// mark back, which would send the fleet to shards never charged with what
+// the key handed out meanwhile (measured before the fix: 25,312 admitted
+// against 20,000); the key is split anew, with the split's charges.
+func TestLeaseLateRenewal(t *testing.T) {
+	t.Parallel()
+	const interval = 50 * time.Millisecond
+	const limit = 20_000
+	s := redistest.StartServer(t)
+	p := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: limit, Window: time.Hour}
+	nodes := fleettest.Limiters(t, 8, func(i int) hybrid.Config {
+		hot := 1.0
+		if i >= 1 {
+			hot = -1
+		}
+		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: redisSyncer(t, s), Interval: interval,
+			HotLeaseSyncs: hot, ManualSync: true}
+	})
+	const key = "lapse"
+	admitted := 0
+	step := func(active []*hybrid.Limiter, per int) int {
+		got := 0
+		for _, l := range active {
+			for range per {
+				d, err := l.Allow(key)
+				require.NoError(t, err)
+				if d.Allowed() {
+					got++
+				}
+			}
+			require.NoError(t, l.SyncOnce(context.Background()))
+			require.NoError(t, l.SyncEarly(context.Background()))
+		}
+		admitted += got
+		time.Sleep(interval)
+		return got
+	}
+	for i := 0; i < 40 && !slices.Equal(shardsOf(nodes, key), []int{2, 2, 2, 2, 2, 2, 2, 2}); i++ {
+		step(nodes, 50)
+	}
+	require.Equal(t, []int{2, 2, 2, 2, 2, 2, 2, 2}, shardsOf(nodes, key), "split")
+	t.Logf("split; admitted so far %d", admitted)
+	// node-1, the only renewer, misses its syncs for a while.
+	left := nodes[1:]
+	for i := 0; i < 60 && !slices.Equal(shardsOf(left, key), []int{0, 0, 0, 0, 0, 0, 0}); i++ {
+		step(left, 50)
+	}
+	require.Equal(t, []int{0, 0, 0, 0, 0, 0, 0}, shardsOf(left, key), "merged")
+	for range 20 {
+		step(left, 50)
+	}
+	t.Logf("merged and spent from the key; admitted so far %d", admitted)
+	// node-1 is back, still hot.
+	require.NoError(t, nodes[0].SyncOnce(context.Background()))
+	for i := 0; i < 10 && !slices.Equal(shardsOf(nodes, key), []int{2, 2, 2, 2, 2, 2, 2, 2}); i++ {
+		step(nodes, 0)
+	}
+	require.Equal(t, []int{2, 2, 2, 2, 2, 2, 2, 2}, shardsOf(nodes, key), "split again")
+	for dry := 0; dry < 10; {
+		if step(nodes, 100) == 0 {
+			dry++
+		} else {
+			dry = 0
+		}
+	}
+	for _, l := range nodes {
+		require.NoError(t, l.Close())
+	}
+	r := redisSyncer(t, s)
+	per := global.Limit{Algorithm: global.SlidingWindow, Limit: limit / 2, Window: time.Hour}
+	used, err := r.LeaseUsed(context.Background(), global.ShardKeys(key, 2), per)
+	require.NoError(t, err)
+	t.Logf("admitted %d against a limit of %d per hour; the shards show %d spent", admitted, limit, used)
+	assert.LessOrEqual(t, admitted, limit*105/100, "admitted within the hour")
 }
