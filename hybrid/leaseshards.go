@@ -32,7 +32,7 @@ import (
 // nodes leasing from its shards would otherwise each see the whole limit.
 //
 // The mark lasts leaseMarkIntervals. A node that still finds the key hot
-// renews it when half of that is left; every node reads it again in the
+// extends it when half of that is left, never after it may have ended; every node reads it again in the
 // last two intervals it knows of, and so hears of a renewal. Nobody
 // leases from a shard after the time it last heard the mark ends (less
 // SyncTimeout, for a lease still in flight), and a node hears of that
@@ -44,9 +44,9 @@ import (
 // showed spent, which the node that split it charged the shards with; so
 // the first report to a shard is only what the node spent beyond its
 // lease from the key. Across the merge, what the shards show spent,
-// outstanding leases included, is charged to the key; the first report to
-// the key is only what was spent beyond the shard leases, on top of the
-// node's lease from before the split, which the key still holds for it.
+// outstanding leases included, is charged to the key, which forgets the
+// leases it held for the nodes at the split (counted then); the first
+// report to the key is only what was spent beyond the shard leases.
 // Every charge is idempotent (the largest counts), so any number of
 // nodes may split or merge a key together.
 type leaseShards struct {
@@ -208,10 +208,12 @@ func (l *Limiter) markLeases(ctx context.Context, k *keyState, n int) (int, erro
 
 // splitLeases splits k's leases over shards, a quarter as many as its
 // nodes (at most HotKeyShards), if that leaves each shard a part worth
-// having. The shards are charged with their part of what the key showed
-// spent before the mark, so that the nodes the mark sends there at once
-// find no fresh bucket, and again after it, when the key's state stands
-// still, with what it finally showed.
+// having. The shards are charged with their part of what the key shows
+// spent just before the mark, so that the nodes the mark sends there at
+// once find no fresh bucket, and again after it, when the key's state
+// stands still, with what it finally showed: what the key granted in the
+// round trip between is all that leases taken from a shard between the
+// mark and the second charge can absorb.
 func (l *Limiter) splitLeases(ctx context.Context, k *keyState, now int64) {
 	n := min(l.cfg.HotKeyShards, k.nodes/4)
 	if n < 2 || !divisible(k.pol.limit, n) || len(k.key)+maxShardSuffix > l.cfg.MaxKeyLen {
@@ -220,7 +222,10 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState, now int64) {
 	per, _ := splitLimit(k.pol.limit, n)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
 	defer cancel()
-	before := max(0, k.pol.capacity-k.fleetRemaining.Load())
+	before, err := l.ldir.LeaseUsed(cctx, []string{k.key}, k.pol.limit)
+	if err != nil {
+		return
+	}
 	if err := l.ldir.ChargeLeasesAtLeast(cctx, global.ShardKeys(k.key, n), per, before/int64(n), l.cfg.Interval); err != nil {
 		return
 	}

@@ -197,10 +197,11 @@ func TestLeaseShardAccounting(t *testing.T) {
 	used, err := r.LeaseUsed(context.Background(), []string{key}, global.Limit{Algorithm: global.SlidingWindow, Limit: p.Limit, Window: p.Window})
 	require.NoError(t, err)
 	// A lease is sized for an interval at the node's rate, with
-	// headroom, and an early sync adds to it: measured 130-190 a node at
-	// the split. Counting a report twice would add the whole of what was
-	// admitted.
-	slack := 2 * 8 * 4 * perStep
+	// headroom, and an early sync adds to it: measured 160-195 a node at
+	// the split, and the difference 1,022-1,136. Charging the pre-split
+	// leases again at the merge made it about 2,100; counting a report
+	// twice would add the whole of what was admitted.
+	slack := 8 * 4 * perStep
 	t.Logf("admitted %d; the key shows %d spent (split after %d steps, merged %d steps after the splitting nodes left)", admitted, used, split, merged)
 	assert.GreaterOrEqual(t, used, int64(admitted), "nothing leaked across the split and the merge")
 	assert.LessOrEqual(t, used, int64(admitted+slack), "nothing counted twice beyond the outstanding leases")
