@@ -120,7 +120,7 @@ func checkClientTimeouts(c redis.UniversalClient, timeout time.Duration) error {
 }
 
 var scripts = []*redis.Script{leaseTokenBucket, leaseSlidingWindow, strictGCRA, strictSlidingWindow, markShards,
-	chargeGCRA, chargeSlidingWindow, readMark, renewMark, leaseUsed, chargeLease}
+	chargeGCRA, chargeSlidingWindow, markLease, readLeaseMark, endLeaseMark, leaseUsed, chargeLease}
 
 // loadScripts loads every script on every shard, so a pipeline of EVALSHA
 // finds them.
@@ -274,7 +274,7 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scr
 	ttl := (2*window+10*interval)/1000 + 1
 	return scriptCall{
 		script: script,
-		keys:   []string{base + "lease", base + "shards"},
+		keys:   []string{base + "lease", base + "lshards"},
 		args: []any{node, u.Limit.Limit, window, u.Limit.burst(), u.Consumed, u.Demand,
 			interval, stale, ttl, equalArg(equal)},
 	}, nil
@@ -375,38 +375,69 @@ func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit Limit, used
 	return err
 }
 
-// RenewShards extends key's shard mark (see MarkShards) to ttl from now
-// if it stands, and returns its shard count; if it does not, it returns 0
-// and marks nothing, so that a node that was late to renew a split that
-// has ended cannot bring it back without the split's charges.
-func (r *Redis) RenewShards(ctx context.Context, key string, ttl time.Duration) (int, error) {
-	if ttl < time.Millisecond {
-		return 0, fmt.Errorf("%w: RenewShards needs a ttl of 1ms or more; got %v", ErrInvalid, ttl)
+// MarkLeaseShards marks, for the whole fleet, that key's leases are
+// split into shards: while the mark stands, Sync on key grants nothing,
+// applies none of a report, and answers with Grant.Shards, so that
+// nodes lease from, and report to, ShardKeys(key, n) instead. The mark
+// stands until ttl from now, or later if it was already marked for
+// longer (it is never shortened); with shards 0, a mark is only
+// extended, never set. After its end, Sync goes on answering with the
+// shard count and no time left until EndLeaseShards, so that no node
+// leases from key before what the shards spent has been charged to it;
+// the mark is dropped by itself after two of limit's windows and twice
+// ttl, when its shards' spending no longer counts.
+//
+// It returns the shard count in force and how long the mark stands: 0
+// for a mark that has ended and awaits its merge; 0 and 0 if shards is
+// 0 and there was no mark.
+func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit Limit) (n int, left time.Duration, err error) {
+	switch {
+	case shards == 1 || shards < 0 || ttl < time.Millisecond:
+		return 0, 0, fmt.Errorf("%w: MarkLeaseShards needs 0 or at least 2 shards and a ttl of 1ms or more; got %d, %v", ErrInvalid, shards, ttl)
+	case limit.Validate() != nil:
+		return 0, 0, fmt.Errorf("%w: %v", ErrInvalid, limit.Validate())
 	}
-	marker, err := r.redisKey(key, "shards")
-	if err != nil {
-		return 0, err
-	}
-	v, err := r.runOne(ctx, scriptCall{renewMark, []string{marker}, []any{ttl.Milliseconds()}})
-	if err != nil {
-		return 0, err
-	}
-	return int(v[0]), nil
-}
-
-// ShardMark reports key's fleet-wide shard mark (see MarkShards): the
-// shard count and how much longer the mark stands, or 0 if key is not
-// split.
-func (r *Redis) ShardMark(ctx context.Context, key string) (shards int, left time.Duration, err error) {
-	marker, err := r.redisKey(key, "shards")
+	marker, err := r.redisKey(key, "lshards")
 	if err != nil {
 		return 0, 0, err
 	}
-	v, err := r.runOne(ctx, scriptCall{readMark, []string{marker}, nil})
+	keep := (2*limit.Window + 2*ttl).Milliseconds() + 1
+	v, err := r.runOne(ctx, scriptCall{markLease, []string{marker}, []any{shards, micros(ttl), keep}})
 	if err != nil {
 		return 0, 0, err
 	}
 	return int(v[0]), time.Duration(v[1]) * time.Microsecond, nil
+}
+
+// LeaseShardMark reports key's lease mark (see MarkLeaseShards): its
+// shard count, 0 if there is none, and how long it stands, 0 if it has
+// ended and awaits its merge.
+func (r *Redis) LeaseShardMark(ctx context.Context, key string) (shards int, left time.Duration, err error) {
+	marker, err := r.redisKey(key, "lshards")
+	if err != nil {
+		return 0, 0, err
+	}
+	v, err := r.runOne(ctx, scriptCall{readLeaseMark, []string{marker}, nil})
+	if err != nil {
+		return 0, 0, err
+	}
+	return int(v[0]), time.Duration(v[1]) * time.Microsecond, nil
+}
+
+// EndLeaseShards drops key's lease mark if it has ended, so that Sync
+// leases from key again: call it once key has been charged with what its
+// shards spent (ChargeLeasesAtLeast with LeaseUsed of the shards). It
+// reports whether key is no longer marked.
+func (r *Redis) EndLeaseShards(ctx context.Context, key string) (bool, error) {
+	marker, err := r.redisKey(key, "lshards")
+	if err != nil {
+		return false, err
+	}
+	v, err := r.runOne(ctx, scriptCall{endLeaseMark, []string{marker}, nil})
+	if err != nil {
+		return false, err
+	}
+	return v[0] == 1, nil
 }
 
 // LeaseUsed returns what the lease states of keys (as Sync keeps them)

@@ -86,18 +86,23 @@ end
 `
 
 // leaseGuard answers, before a lease script touches its state, for a
-// key marked as split into shards: KEYS[2] holds the shard count, and
-// expires when the split ends. Nothing the node reported is applied, so
-// that it reports it to the shards instead. It returns a lease reply of
-// zeros but for {..., shards, ttl_us}.
+// key whose leases are split into shards: KEYS[2] is its lease mark
+// (see markLease), which stands until a merge ends it. Nothing the node
+// reported is applied, so that it reports it to the shards instead. It
+// returns a lease reply of zeros but for {..., shards, left_us}, left_us
+// 0 once the split has ended and awaits its merge.
 const leaseGuard = `
-local marked = tonumber(redis.call('GET', KEYS[2]))
+local mk = redis.call('HMGET', KEYS[2], 'n', 'until')
+local marked = tonumber(mk[1])
 if marked then
-  return {0, 0, 0, 0, 0, 0, 0, 0, marked, redis.call('PTTL', KEYS[2]) * 1000}
+  local t0 = redis.call('TIME')
+  local left = tonumber(mk[2]) - (tonumber(t0[1]) * 1000000 + tonumber(t0[2]))
+  if left < 0 then left = 0 end
+  return {0, 0, 0, 0, 0, 0, 0, 0, marked, left}
 end
 `
 
-// leaseTokenBucket: KEYS[1] state hash, KEYS[2] the shard marker. ARGV:
+// leaseTokenBucket: KEYS[1] state hash, KEYS[2] the lease mark. ARGV:
 // node, limit, window_us, burst, consumed, demand, interval_us, stale_us,
 // ttl_ms, equal ("1": equal shares, else demand-weighted).
 // Returns {lease, lease_ttl_us, used, remaining, nodes, weight*1e6,
@@ -317,21 +322,59 @@ end
 return {1}
 `)
 
-// renewMark: KEYS[1] a shard marker. ARGV: ttl_ms. Extends the mark if
-// it stands. Returns {shards}, or {0} if it does not.
-var renewMark = redis.NewScript(`
-local n = tonumber(redis.call('GET', KEYS[1]))
-if not n then return {0} end
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return {n}
+// A Hybrid key's leases are split by a lease mark: a hash {n, until}
+// in the key's slot, beside its lease state. Unlike a strict mark it
+// does not vanish when it ends: until passes, and the lease scripts go
+// on sending nodes to the shards, with no time left, until a node has
+// charged the key with what the shards spent and ended the mark
+// (endLeaseMark). Otherwise a node new to the key could lease from its
+// state as the split froze it, before anyone charged it.
+
+// leaseMarkNow reads the lease mark KEYS[1] at Redis's time: it leaves
+// now, n (nil if none), ends (its until) and left (not below zero).
+const leaseMarkNow = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local mk = redis.call('HMGET', KEYS[1], 'n', 'until')
+local n, ends = tonumber(mk[1]), tonumber(mk[2]) or 0
+local left = ends - now
+if left < 0 then left = 0 end
+`
+
+// markLease: KEYS[1] a lease mark. ARGV: shards (0: only extend), ttl_us,
+// keep_ms. Extends a standing mark to at least ttl from now, never
+// shortening it, or sets one if there is none and shards is not 0.
+// Returns {shards in force, left_us}: {n, 0} for a mark that has ended
+// but not been merged, {0, 0} if there is none to extend.
+var markLease = redis.NewScript(leaseMarkNow + `
+local shards, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+if n then
+  if left == 0 then return {n, 0} end
+  if now + ttl > ends then
+    ends = now + ttl
+    redis.call('HSET', KEYS[1], 'until', ends)
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+  return {n, ends - now}
+end
+if shards == 0 then return {0, 0} end
+redis.call('HSET', KEYS[1], 'n', shards, 'until', now + ttl)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {shards, ttl}
 `)
 
-// readMark: KEYS[1] a shard marker. Returns {shards, ttl_us}, or {0, 0}
-// if the key is not marked.
-var readMark = redis.NewScript(`
-local n = tonumber(redis.call('GET', KEYS[1]))
-if not n then return {0, 0} end
-return {n, redis.call('PTTL', KEYS[1]) * 1000}
+// readLeaseMark: KEYS[1] a lease mark. Returns {shards, left_us}, {0, 0}
+// if there is none.
+var readLeaseMark = redis.NewScript(leaseMarkNow + `
+return {n or 0, left}
+`)
+
+// endLeaseMark: KEYS[1] a lease mark. Deletes it if it has ended.
+// Returns {1} if there is none left, {0} if it stands.
+var endLeaseMark = redis.NewScript(leaseMarkNow + `
+if n and left > 0 then return {0} end
+redis.call('DEL', KEYS[1])
+return {1}
 `)
 
 // leaseNow reads a lease state hash (KEYS[1]) at Redis's time. ARGV:

@@ -127,15 +127,18 @@ func sync1(t *testing.T, r *global.Redis, node, key string, lim global.Limit, co
 	return resp.Grants[0]
 }
 
-// TestLeaseShardMark checks the lease scripts' side of the shard mark:
-// while it stands, Sync on the key grants nothing, applies none of the
-// reported consumption and names the shard count; once it expires, the
+// TestLeaseShardMark checks the lease mark: while it stands, Sync on the
+// key grants nothing, applies none of the reported consumption and names
+// the shard count; it is extended, never shortened, and never set again
+// by an extension once it has ended; after its end Sync still sends
+// nodes to the shards, with no time left, until EndLeaseShards; then the
 // key's lease state is as the mark found it.
 func TestLeaseShardMark(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
+	const ttl = 300 * time.Millisecond
 	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
 		key := "lease-marked-" + alg.String()
 		lim := global.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
@@ -143,45 +146,65 @@ func TestLeaseShardMark(t *testing.T) {
 		require.Equal(t, int64(100), g.Lease)
 		require.Zero(t, g.Shards)
 
-		n, left, err := r.ShardMark(ctx, key)
+		n, left, err := r.LeaseShardMark(ctx, key)
 		require.NoError(t, err)
 		assert.Zero(t, n)
 		assert.Zero(t, left)
-
-		_, err = r.MarkShards(ctx, key, 4, 300*time.Millisecond)
+		n, _, err = r.MarkLeaseShards(ctx, key, 0, ttl, lim)
 		require.NoError(t, err)
-		n, left, err = r.ShardMark(ctx, key)
+		assert.Zero(t, n, "an extension sets no mark")
+
+		n, left, err = r.MarkLeaseShards(ctx, key, 4, ttl, lim)
 		require.NoError(t, err)
 		assert.Equal(t, 4, n)
-		assert.InDelta(t, 300*time.Millisecond, left, float64(100*time.Millisecond))
+		assert.Equal(t, ttl, left)
+		n, left, err = r.MarkLeaseShards(ctx, key, 6, ttl/2, lim)
+		require.NoError(t, err)
+		assert.Equal(t, 4, n, "the count in force stays")
+		assert.Greater(t, left, ttl/2, "never shortened")
+		n, left, err = r.LeaseShardMark(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, 4, n)
+		assert.InDelta(t, ttl, left, float64(100*time.Millisecond))
 
 		g = sync1(t, r, "a", key, lim, 500, 100)
 		assert.Equal(t, global.Grant{Shards: 4, ShardedFor: g.ShardedFor}, g, alg)
-		assert.InDelta(t, 300*time.Millisecond, g.ShardedFor, float64(100*time.Millisecond))
-
-		n, err = r.RenewShards(ctx, key, 400*time.Millisecond)
+		assert.InDelta(t, ttl, g.ShardedFor, float64(100*time.Millisecond))
+		ended, err := r.EndLeaseShards(ctx, key)
 		require.NoError(t, err)
-		assert.Equal(t, 4, n, "a standing mark is extended")
-		_, left, err = r.ShardMark(ctx, key)
-		require.NoError(t, err)
-		assert.Greater(t, left, 300*time.Millisecond)
+		assert.False(t, ended, "a standing mark is not ended")
 
 		require.Eventually(t, func() bool {
-			n, _, err := r.ShardMark(ctx, key)
-			return err == nil && n == 0
-		}, 2*time.Second, 20*time.Millisecond, "the mark expires")
-		n, err = r.RenewShards(ctx, key, time.Second)
+			_, left, err := r.LeaseShardMark(ctx, key)
+			return err == nil && left == 0
+		}, 2*time.Second, 20*time.Millisecond, "the mark runs out")
+		g = sync1(t, r, "a", key, lim, 500, 100)
+		assert.Equal(t, global.Grant{Shards: 4}, g, "%v: still sent to the shards, with no time left, until the merge", alg)
+		n, left, err = r.MarkLeaseShards(ctx, key, 0, ttl, lim)
 		require.NoError(t, err)
-		assert.Zero(t, n, "an ended mark is not brought back")
-		n, _, err = r.ShardMark(ctx, key)
+		assert.Equal(t, 4, n)
+		assert.Zero(t, left, "an ended mark is not extended")
+		n, left, err = r.MarkLeaseShards(ctx, key, 2, ttl, lim)
+		require.NoError(t, err)
+		assert.Equal(t, 4, n)
+		assert.Zero(t, left, "nor set again before its merge")
+
+		ended, err = r.EndLeaseShards(ctx, key)
+		require.NoError(t, err)
+		assert.True(t, ended)
+		n, _, err = r.LeaseShardMark(ctx, key)
 		require.NoError(t, err)
 		assert.Zero(t, n)
-		// The 500 reported while marked went to the shards, not here:
+		// The 500s reported while marked went to the shards, not here:
 		// a's lease of 100 is still outstanding, and settles as spent.
 		g = sync1(t, r, "a", key, lim, 100, 0)
 		assert.Zero(t, g.Shards)
 		assert.Equal(t, int64(100), g.Used, alg)
 	}
+	_, _, err := r.MarkLeaseShards(ctx, "k", 1, time.Second, global.Limit{Limit: 1, Window: time.Second})
+	require.ErrorIs(t, err, global.ErrInvalid)
+	_, _, err = r.MarkLeaseShards(ctx, "k", 2, time.Second, global.Limit{})
+	require.ErrorIs(t, err, global.ErrInvalid)
 }
 
 // TestLeaseUsedAndCharge checks that LeaseUsed sums what lease states

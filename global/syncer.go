@@ -196,9 +196,10 @@ type Grant struct {
 	Err error
 
 	// Shards, when not zero, says that nothing was granted and none of
-	// the reported consumption was applied: the key is split fleet-wide
-	// into Shards shards (see Redis.MarkShards) for ShardedFor more, and
-	// its leases are to be taken from, and its consumption reported to,
+	// the reported consumption was applied: the key's leases are split
+	// fleet-wide into Shards shards (see Redis.MarkLeaseShards) for
+	// ShardedFor more (0 once the split has ended and awaits its merge),
+	// and are to be taken from, and consumption reported to,
 	// ShardKeys(key, Shards). Only a Syncer that shards keys sets it.
 	Shards     int
 	ShardedFor time.Duration

@@ -52,21 +52,22 @@ type keyState struct {
 	pol *policy
 
 	// Sync loop state.
-	reported  [2]uint32    // spent as of the last report each fleet took
-	folded    uint32       // what merged-back stripes spent
-	listed    bool         // Strict: in syncState.sharded
-	hotRate   float64      // Strict: the rate the sketch last saw
-	lshards   *leaseShards // Hybrid: the Redis shards its leases come from; nil if none
-	handover  handover     // Hybrid: how the next report to the key itself, after a merge, differs
-	keyLease  int64        // Hybrid: the last lease the key itself (not a shard, not Failover) granted
-	syncs     int64        // Hybrid: syncs with demand, for the fleet's sync load
-	syncsSeen int64        // syncs at loadAt
-	loadAt    int64        // when the sync load was last estimated
-	granted   uint32       // spent when the last grant was installed
-	carry     float64      // the fraction of a token a ladder-capped lease left over
-	markIdx   int64        // the Window-long period mark was taken in
-	mark      uint32       // spent at the first sync of that period
-	prevMark  uint32       // spent at the first sync of the period before
+	reported   [2]uint32    // spent as of the last report each fleet took
+	folded     uint32       // what merged-back stripes spent
+	listed     bool         // Strict: in syncState.sharded
+	hotRate    float64      // Strict: the rate the sketch last saw
+	lshards    *leaseShards // Hybrid: the Redis shards its leases come from; nil if none
+	handover   handover     // Hybrid: how the next report to the key itself, after a merge, differs
+	keyLease   int64        // Hybrid: the last lease the key itself (not a shard, not Failover) granted
+	keyLeaseAt int64        // when it was granted
+	syncs      int64        // Hybrid: syncs with demand, for the fleet's sync load
+	syncsSeen  int64        // syncs at loadAt
+	loadAt     int64        // when the sync load was last estimated
+	granted    uint32       // spent when the last grant was installed
+	carry      float64      // the fraction of a token a ladder-capped lease left over
+	markIdx    int64        // the Window-long period mark was taken in
+	mark       uint32       // spent at the first sync of that period
+	prevMark   uint32       // spent at the first sync of the period before
 
 	spentSeen   uint32  // spent as of the last forecast
 	refusedSeen uint64  // refused as of the last forecast

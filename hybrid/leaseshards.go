@@ -24,21 +24,26 @@ import (
 // shard among its nodes. With a quarter of the nodes per shard, a shard
 // no node calls home is rare, and the next shard's top-ups reach it.
 //
-// The split is the fleet's, through the mark Strict keys use
-// (LeaseShardDirectory.MarkShards): while it stands, the lease scripts of
-// the key itself grant nothing and apply none of a report, and answer
-// with the shard count (global.Grant.Shards), so that the node reports to
-// its shards instead, in the same sync. Nodes leasing from the key and
-// nodes leasing from its shards would otherwise each see the whole limit.
+// The split is the fleet's, through a lease mark in the store
+// (LeaseShardDirectory.MarkLeaseShards): while it stands, the lease
+// scripts of the key itself grant nothing and apply none of a report,
+// and answer with the shard count (global.Grant.Shards), so that the node
+// reports to its shards instead, in the same sync. Nodes leasing from
+// the key and nodes leasing from its shards would otherwise each see the
+// whole limit.
 //
 // The mark lasts leaseMarkIntervals. A node that still finds the key hot
-// extends it when half of that is left, never after it may have ended; every node reads it again in the
-// last two intervals it knows of, and so hears of a renewal. Nobody
-// leases from a shard after the time it last heard the mark ends (less
+// extends it when half of that is left (never shortening it, never
+// reviving it once ended); every node reads it again in the last two
+// intervals it knows of, and so hears of an extension. Nobody leases
+// from a shard after the time it last heard the mark ends (less
 // SyncTimeout, for a lease still in flight), and a node hears of that
-// time before the mark ends in Redis; so once the mark is gone no shard
-// grants another lease, and a node that finds it gone charges the key
-// with what the shards show spent before leasing from the key again.
+// time before the mark ends in Redis; so once it has ended no shard
+// grants another lease. An ended mark still sends every node to the
+// shards, with no time left, until a node that finds it ended has
+// charged the key with what the shards show spent and ended it
+// (EndLeaseShards): a node new to the key cannot lease from the key's
+// state as the split froze it.
 //
 // Reports across the split: a key's leases were counted in what the key
 // showed spent, which the node that split it charged the shards with; so
@@ -94,15 +99,17 @@ const leaseMarkIntervals = 20
 // contract. The Syncer's lease answers for a marked key carry
 // global.Grant.Shards.
 type LeaseShardDirectory interface {
-	// MarkShards marks key as split into shards for ttl, or renews the
-	// mark, and returns the shard count in force.
-	MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error)
-	// RenewShards extends key's mark to ttl if it stands, and returns
-	// its shard count, or 0 if it does not.
-	RenewShards(ctx context.Context, key string, ttl time.Duration) (int, error)
-	// ShardMark returns key's mark: its shard count (0 if none) and
-	// how long it stands.
-	ShardMark(ctx context.Context, key string) (int, time.Duration, error)
+	// MarkLeaseShards marks key's leases as split into shards until ttl
+	// from now, or extends a standing mark to at least that (with shards
+	// 0, only extends), and returns the shard count in force and how
+	// long the mark stands: 0 once it has ended and awaits its merge.
+	MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit global.Limit) (int, time.Duration, error)
+	// LeaseShardMark returns key's mark: its shard count (0 if none) and
+	// how long it stands (0 once it has ended).
+	LeaseShardMark(ctx context.Context, key string) (int, time.Duration, error)
+	// EndLeaseShards drops key's mark if it has ended, once key has been
+	// charged with what its shards spent.
+	EndLeaseShards(ctx context.Context, key string) (bool, error)
 	// LeaseUsed returns what keys' lease states show spent, summed.
 	LeaseUsed(ctx context.Context, keys []string, limit global.Limit) (int64, error)
 	// ChargeLeasesAtLeast makes each of keys' lease states show at least
@@ -121,7 +128,13 @@ var errUnsettled = errors.New("hybrid: the report was not settled")
 func (l *Limiter) newLeaseShards(k *keyState, n int, until int64) *leaseShards {
 	per, _ := splitLimit(k.pol.limit, n)
 	home := int((xxh3.HashString(l.cfg.Node) ^ xxh3.HashString(k.key)) % uint64(n))
-	counted := k.keyLease
+	counted := int64(0)
+	if l.now()-k.keyLeaseAt <= 2*int64(l.cfg.Interval) {
+		// The key's last lease to this node still counts in its state
+		// (a lease lasts two intervals); an older one has refilled, or
+		// lapsed.
+		counted = k.keyLease
+	}
 	if k.handover.pending {
 		counted = k.handover.held // merged, and split again before a report
 	}
@@ -165,45 +178,44 @@ func (l *Limiter) tendLeaseShards(ctx context.Context, now int64, batch []*keySt
 			if ok && hot > 0 && l.cfg.HotKeyShards > 1 && load >= hot {
 				l.splitLeases(ctx, k, now)
 			}
-		case ok && hot > 0 && load >= hot/2 && now >= ls.until-int64(ttl)/2 && l.mayLease(ls, now):
-			// Still hot, with half the mark gone: extend it. Only while
-			// it surely stands: a split that has ended is not brought
-			// back but by a new split, with its charges.
+		case ok && hot > 0 && load >= hot/2 && now >= ls.until-int64(ttl)/2:
+			// Still hot, with half the mark gone: extend it. A split
+			// that has ended is not brought back (the mark says so), but
+			// merged, and split anew with its charges.
 			sent := l.now()
 			rctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
-			n, err := l.ldir.RenewShards(rctx, k.key, ttl)
+			n, left, err := l.ldir.MarkLeaseShards(rctx, k.key, 0, ttl, k.pol.limit)
 			cancel()
-			switch {
-			case err != nil:
-			case n == len(ls.keys):
-				ls.until = sent + int64(ttl)
-			default:
-				l.mergeLeases(ctx, k)
-			}
+			l.heard(ctx, k, n, left, sent, err)
 		case now >= ls.until-2*interval:
 			sent := l.now()
 			mctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
-			n, left, err := l.ldir.ShardMark(mctx, k.key)
+			n, left, err := l.ldir.LeaseShardMark(mctx, k.key)
 			cancel()
-			switch {
-			case err != nil:
-			case n == len(ls.keys):
-				ls.until = max(ls.until, sent+int64(left))
-			default:
-				// Gone, or split again with another count since this node
-				// last heard: what its shards spent goes to the key, and
-				// a new split redirects it at its next sync.
-				l.mergeLeases(ctx, k)
-			}
+			l.heard(ctx, k, n, left, sent, err)
 		}
 	}
 }
 
-// markLeases marks k as split into n shards, or renews the mark.
-func (l *Limiter) markLeases(ctx context.Context, k *keyState, n int) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
-	defer cancel()
-	return l.ldir.MarkShards(ctx, k.key, n, leaseMarkIntervals*l.cfg.Interval)
+// heard records what the store said of k's mark, asked at sent: it
+// stands for left more, or, if it has ended (or was set again with
+// another count since this node last heard), what the shards spent goes
+// to the key and the split ends.
+func (l *Limiter) heard(ctx context.Context, k *keyState, n int, left time.Duration, sent int64, err error) {
+	ls := k.lshards
+	switch {
+	case err != nil:
+	case n == len(ls.keys) && left > 0:
+		ls.until = max(ls.until, sent+int64(left))
+	case n > 0 && left > 0:
+		// Merged and split again with another count while this node
+		// was away: its next sync is sent to the new shards, and
+		// reports there what it spent beyond its old shard leases.
+		k.handover = handover{pending: true, held: ls.lease[0] + ls.lease[1]}
+		k.lshards = nil
+	default:
+		l.mergeLeases(ctx, k)
+	}
 }
 
 // splitLeases splits k's leases over shards, a quarter as many as its
@@ -230,9 +242,9 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState, now int64) {
 		return
 	}
 	sent := l.now()
-	m, err := l.markLeases(ctx, k, n)
-	if err != nil {
-		return
+	m, left, err := l.ldir.MarkLeaseShards(cctx, k.key, n, leaseMarkIntervals*l.cfg.Interval, k.pol.limit)
+	if err != nil || left == 0 {
+		return // an ended split awaits its merge: the next sync is sent to it
 	}
 	if m != n {
 		per, _ = splitLimit(k.pol.limit, m)
@@ -240,7 +252,7 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState, now int64) {
 	if used, err := l.ldir.LeaseUsed(cctx, []string{k.key}, k.pol.limit); err == nil {
 		_ = l.ldir.ChargeLeasesAtLeast(cctx, global.ShardKeys(k.key, m), per, used/int64(m), l.cfg.Interval)
 	}
-	k.lshards = l.newLeaseShards(k, m, sent+int64(leaseMarkIntervals*l.cfg.Interval))
+	k.lshards = l.newLeaseShards(k, m, sent+int64(left))
 }
 
 // mergeLeases takes k off its shards, whose mark is gone: the key itself
@@ -257,6 +269,9 @@ func (l *Limiter) mergeLeases(ctx context.Context, k *keyState) {
 	}
 	if err := l.ldir.ChargeLeasesAtLeast(cctx, []string{k.key}, k.pol.limit, used, l.cfg.Interval); err != nil {
 		return
+	}
+	if ended, err := l.ldir.EndLeaseShards(cctx, k.key); err != nil || !ended {
+		return // extended meanwhile, or not known to be ended: stay
 	}
 	held := ls.lease[0] + ls.lease[1]
 	if ls.fresh {
@@ -334,7 +349,7 @@ func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, m
 		case t.shard < 0:
 			out.Grants[t.j] = g
 			if g.Err == nil {
-				k.handover, k.keyLease = handover{}, g.Lease
+				k.handover, k.keyLease, k.keyLeaseAt = handover{}, g.Lease, sent
 			}
 		case t.shard == 0:
 			out.Grants[t.j] = k.lshards.fold(g)
