@@ -167,6 +167,10 @@ func (l *Limiter) tendLeaseShards(ctx context.Context, now int64, batch []*keySt
 	if l.ldir == nil || !l.fleets[0].closed.Load() {
 		return
 	}
+	// All of it within one SyncTimeout, so that a slow store delays the
+	// sync by at most that; keys not reached are tended next time.
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+	defer cancel()
 	hot := l.cfg.HotLeaseSyncs
 	interval := int64(l.cfg.Interval)
 	ttl := leaseMarkIntervals * l.cfg.Interval
