@@ -180,7 +180,7 @@ func (l *Limiter) tendLeaseShards(ctx context.Context, now int64, batch []*keySt
 		switch {
 		case ls == nil:
 			if ok && hot > 0 && l.cfg.HotKeyShards > 1 && load >= hot {
-				l.splitLeases(ctx, k, now)
+				l.splitLeases(ctx, k)
 			}
 		case ok && hot > 0 && load >= hot/2 && now >= ls.until-int64(ttl)/2:
 			// Still hot, with half the mark gone: extend it. A split
@@ -230,7 +230,7 @@ func (l *Limiter) heard(ctx context.Context, k *keyState, n int, left time.Durat
 // stands still, with what it finally showed: what the key granted in the
 // round trip between is all that leases taken from a shard between the
 // mark and the second charge can absorb.
-func (l *Limiter) splitLeases(ctx context.Context, k *keyState, now int64) {
+func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
 	n := min(l.cfg.HotKeyShards, k.nodes/4)
 	if n < 2 || !divisible(k.pol.limit, n) || len(k.key)+maxShardSuffix > l.cfg.MaxKeyLen {
 		return
