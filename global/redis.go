@@ -236,7 +236,9 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 			continue
 		}
 		if v[8] > 0 {
-			*g = Grant{Shards: int(v[8]), ShardedFor: time.Duration(v[9]) * time.Microsecond}
+			if g.Err = badShards(req.Keys[idx[j]].Key, v[8]); g.Err == nil {
+				*g = Grant{Shards: int(v[8]), ShardedFor: time.Duration(v[9]) * time.Microsecond}
+			}
 			continue
 		}
 		*g = Grant{
@@ -268,9 +270,8 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scr
 	if u.Limit.Algorithm == SlidingWindow {
 		script = leaseSlidingWindow
 	}
-	// A node is active while it syncs at least every three intervals; the
-	// state outlives a full refill and a few intervals.
-	stale := 3 * interval
+	// The state outlives a full refill and a few intervals.
+	stale := staleAfter(interval)
 	ttl := (2*window+10*interval)/1000 + 1
 	return scriptCall{
 		script: script,
@@ -279,6 +280,11 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scr
 			interval, stale, ttl, equalArg(equal)},
 	}, nil
 }
+
+// staleAfter is how long, in microseconds, a node that syncs every
+// interval microseconds may go unheard before it stops counting as
+// active and its lease is forgotten: three intervals.
+func staleAfter(interval int64) int64 { return 3 * interval }
 
 func equalArg(equal bool) string {
 	if equal {
@@ -323,6 +329,9 @@ func (r *Redis) Allow(ctx context.Context, key string, limit Limit, n int64) (De
 		return Decision{}, err
 	}
 	if v[0] == 2 {
+		if err := badShards(key, v[1]); err != nil {
+			return Decision{}, err
+		}
 		return Decision{Shards: int(v[1]), ShardedFor: time.Duration(v[3]) * time.Microsecond}, nil
 	}
 	d := Decision{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: time.Duration(v[3]) * time.Microsecond}
@@ -334,6 +343,15 @@ func (r *Redis) Allow(ctx context.Context, key string, limit Limit, n int64) (De
 	return d, nil
 }
 
+// badShards reports a shard count found in the store that no node could
+// have set (see MaxShards).
+func badShards(key string, n int64) error {
+	if n > MaxShards {
+		return fmt.Errorf("%w: key %q is marked as split into %d shards, more than MaxShards (%d)", ErrInvalid, key, n, MaxShards)
+	}
+	return nil
+}
+
 // MarkShards records, for the whole fleet, that key's strict decisions go
 // to shards for the next ttl: every Allow on key itself then answers
 // with Decision.Shards instead of deciding, so that no node decides on
@@ -341,8 +359,8 @@ func (r *Redis) Allow(ctx context.Context, key string, limit Limit, n int64) (De
 // to twice the limit. If key is already marked, its shard count stays and
 // only ttl is renewed. MarkShards returns the shard count in force.
 func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error) {
-	if shards < 2 || ttl < time.Millisecond {
-		return 0, fmt.Errorf("%w: MarkShards needs at least 2 shards and a ttl of 1ms or more; got %d, %v", ErrInvalid, shards, ttl)
+	if shards < 2 || shards > MaxShards || ttl < time.Millisecond {
+		return 0, fmt.Errorf("%w: MarkShards needs 2 to MaxShards (%d) shards and a ttl of 1ms or more; got %d, %v", ErrInvalid, MaxShards, shards, ttl)
 	}
 	marker, err := r.redisKey(key, "shards")
 	if err != nil {
@@ -392,8 +410,8 @@ func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit Limit, used
 // 0 and there was no mark.
 func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit Limit) (n int, left time.Duration, err error) {
 	switch {
-	case shards == 1 || shards < 0 || ttl < time.Millisecond:
-		return 0, 0, fmt.Errorf("%w: MarkLeaseShards needs 0 or at least 2 shards and a ttl of 1ms or more; got %d, %v", ErrInvalid, shards, ttl)
+	case shards == 1 || shards < 0 || shards > MaxShards || ttl < time.Millisecond:
+		return 0, 0, fmt.Errorf("%w: MarkLeaseShards needs 0, or 2 to MaxShards (%d), shards and a ttl of 1ms or more; got %d, %v", ErrInvalid, MaxShards, shards, ttl)
 	case limit.Validate() != nil:
 		return 0, 0, fmt.Errorf("%w: %v", ErrInvalid, limit.Validate())
 	}
@@ -449,20 +467,12 @@ func (r *Redis) LeaseUsed(ctx context.Context, keys []string, limit Limit) (int6
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	defer cancel()
-	res, err := r.run(ctx, calls)
-	if err != nil {
-		return 0, err
-	}
+	res, err := r.runAll(ctx, calls)
 	sum := int64(0)
-	for _, c := range res {
-		if c.err != nil {
-			return 0, c.err
-		}
-		sum += c.vals[0]
+	for _, v := range res {
+		sum += v[0]
 	}
-	return sum, nil
+	return sum, err
 }
 
 // ChargeLeasesAtLeast makes each of keys' lease states show at least used
@@ -480,24 +490,14 @@ func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, keys []string, limit Li
 	}
 	stale := int64(0)
 	if interval > 0 {
-		stale = 3 * micros(interval)
+		stale = staleAfter(micros(interval))
 	}
 	calls, err := r.leaseStateCalls(chargeLease, keys, limit, max(used, 0), stale)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	defer cancel()
-	res, err := r.run(ctx, calls)
-	if err != nil {
-		return err
-	}
-	for _, c := range res {
-		if c.err != nil {
-			return c.err
-		}
-	}
-	return nil
+	_, err = r.runAll(ctx, calls)
+	return err
 }
 
 // leaseStateCalls builds one call of script per key's lease state.
@@ -526,13 +526,31 @@ func (r *Redis) leaseStateCalls(script *redis.Script, keys []string, limit Limit
 
 // runOne runs one call within the configured timeout.
 func (r *Redis) runOne(ctx context.Context, call scriptCall) ([]int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	defer cancel()
-	res, err := r.run(ctx, []scriptCall{call})
+	res, err := r.runAll(ctx, []scriptCall{call})
 	if err != nil {
 		return nil, err
 	}
-	return res[0].vals, res[0].err
+	return res[0], nil
+}
+
+// runAll runs calls within the configured timeout, in one round trip per
+// Redis node, and returns their replies, or the first error: an outage,
+// or a call Redis refused. (Sync, whose keys fail one by one, uses run.)
+func (r *Redis) runAll(ctx context.Context, calls []scriptCall) ([][]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	res, err := r.run(ctx, calls)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]int64, len(res))
+	for i, c := range res {
+		if c.err != nil {
+			return nil, c.err
+		}
+		out[i] = c.vals
+	}
+	return out, nil
 }
 
 type scriptCall struct {

@@ -70,9 +70,30 @@ local function grantFrom(avail, demand, weight, capacity)
 end
 `
 
+// redisNow reads Redis's clock into now, in microseconds.
+const redisNow = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+`
+
+// tokenRefill refills a token bucket holding tokens at ts to now, at
+// rate per microsecond, up to burst.
+const tokenRefill = `
+local function refill(tokens, ts, now, rate, burst)
+  if now > ts then return math.min(burst, tokens + (now - ts) * rate) end
+  return tokens
+end
+`
+
 // slidingRoll moves a sliding window's counts to window w: st holds the
 // stored window number, its count and the previous window's count.
+// estimate weighs the previous window's count by the part of the
+// sliding window still over it, elapsed into the current one.
 const slidingRoll = `
+local function estimate(cur, prevc, window, elapsed)
+  return math.ceil(prevc * (window - elapsed) / window) + cur
+end
+
 local function roll(w, st)
   local sw = tonumber(st[1]) or w
   local cur, prevc = tonumber(st[2]) or 0, tonumber(st[3]) or 0
@@ -91,14 +112,11 @@ end
 // reported is applied, so that it reports it to the shards instead. It
 // returns a lease reply of zeros but for {..., shards, left_us}, left_us
 // 0 once the split has ended and awaits its merge.
-const leaseGuard = `
-local mk = redis.call('HMGET', KEYS[2], 'n', 'until')
-local marked = tonumber(mk[1])
+// It follows redisNow.
+const leaseGuard = leaseMarkFn + `
+local marked, _, markLeft = leaseMark(KEYS[2], now)
 if marked then
-  local t0 = redis.call('TIME')
-  local left = tonumber(mk[2]) - (tonumber(t0[1]) * 1000000 + tonumber(t0[2]))
-  if left < 0 then left = 0 end
-  return {0, 0, 0, 0, 0, 0, 0, 0, marked, left}
+  return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft}
 end
 `
 
@@ -107,9 +125,7 @@ end
 // ttl_ms, equal ("1": equal shares, else demand-weighted).
 // Returns {lease, lease_ttl_us, used, remaining, nodes, weight*1e6,
 // reset_after_us, now_us, 0, 0}, or leaseGuard's answer.
-var leaseTokenBucket = redis.NewScript(leaseCommon + leaseGuard + `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+var leaseTokenBucket = redis.NewScript(leaseCommon + tokenRefill + redisNow + leaseGuard + `
 local key, node = KEYS[1], ARGV[1]
 local limit, window, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local consumed, demand, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -117,11 +133,7 @@ local stale, ttl, equal = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
 local rate = limit / window
 
 local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node)
-local tokens = tonumber(st[1]) or burst
-local ts = tonumber(st[2]) or now
-if now > ts then
-  tokens = math.min(burst, tokens + (now - ts) * rate)
-end
+local tokens = refill(tonumber(st[1]) or burst, tonumber(st[2]) or now, now, rate, burst)
 
 -- Settle the last lease: unspent tokens of a live lease come back; spending
 -- beyond it is debt.
@@ -155,9 +167,7 @@ return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.f
 // (burst unused). The lease is counted in the current window when granted;
 // what a node hands back is subtracted from the window it was counted in,
 // if that window still weighs.
-var leaseSlidingWindow = redis.NewScript(leaseCommon + slidingRoll + leaseGuard + `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+var leaseSlidingWindow = redis.NewScript(leaseCommon + slidingRoll + redisNow + leaseGuard + `
 local key, node = KEYS[1], ARGV[1]
 local limit, window = tonumber(ARGV[2]), tonumber(ARGV[3])
 local consumed, demand, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -181,7 +191,7 @@ else
 end
 
 local elapsed = now - w * window
-local est = math.ceil(prevc * (window - elapsed) / window) + cur
+local est = estimate(cur, prevc, window, elapsed)
 local avail = limit - est
 if avail < 0 then avail = 0 end
 
@@ -204,23 +214,19 @@ return {lease, 2 * interval, est + lease, remaining, count, math.floor(weight * 
 // prev}) at Redis's time. ARGV: limit, window_us, n. It leaves now, limit,
 // window, n, the window number w, its start's distance elapsed, the rolled
 // counts cur and prevc, and the estimate est.
-const slidingNow = slidingRoll + `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+const slidingNow = slidingRoll + redisNow + `
 local limit, window, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local w = math.floor(now / window)
 local st = redis.call('HMGET', KEYS[1], 'w', 'cur', 'prev')
 local cur, prevc = roll(w, st)
 local elapsed = now - w * window
-local est = math.ceil(prevc * (window - elapsed) / window) + cur
+local est = estimate(cur, prevc, window, elapsed)
 `
 
 // gcraNow reads a strict GCRA key (KEYS[1], its theoretical arrival
 // time) at Redis's time. ARGV: limit, window_us, burst, n. It leaves now,
 // limit, window, burst, n, emission and tat, no earlier than now.
-const gcraNow = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+const gcraNow = redisNow + `
 local limit, window, burst, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local emission = window / limit
 local tat = tonumber(redis.call('GET', KEYS[1])) or now
@@ -330,15 +336,20 @@ return {1}
 // (endLeaseMark). Otherwise a node new to the key could lease from its
 // state as the split froze it, before anyone charged it.
 
+// leaseMarkFn reads lease mark k at now: its shard count (nil if none),
+// its end, and the time left to it (not below zero).
+const leaseMarkFn = `
+local function leaseMark(k, now)
+  local mk = redis.call('HMGET', k, 'n', 'until')
+  local ends = tonumber(mk[2]) or 0
+  return tonumber(mk[1]), ends, math.max(0, ends - now)
+end
+`
+
 // leaseMarkNow reads the lease mark KEYS[1] at Redis's time: it leaves
 // now, n (nil if none), ends (its until) and left (not below zero).
-const leaseMarkNow = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local mk = redis.call('HMGET', KEYS[1], 'n', 'until')
-local n, ends = tonumber(mk[1]), tonumber(mk[2]) or 0
-local left = ends - now
-if left < 0 then left = 0 end
+const leaseMarkNow = leaseMarkFn + redisNow + `
+local n, ends, left = leaseMark(KEYS[1], now)
 `
 
 // markLease: KEYS[1] a lease mark. ARGV: shards (0: only extend), ttl_us,
@@ -383,21 +394,17 @@ return {1}
 // included (a token bucket's missing tokens, refilled to now; a sliding
 // window's estimate); and, to write the state back, tokens (token
 // bucket) or w, cur and prevc (sliding window).
-const leaseNow = slidingRoll + `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+const leaseNow = slidingRoll + tokenRefill + redisNow + `
 local sw, limit, window, burst, n = ARGV[1] == '1', tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local used, tokens, w, cur, prevc, elapsed
 if sw then
   w = math.floor(now / window)
   cur, prevc = roll(w, redis.call('HMGET', KEYS[1], 'w', 'cur', 'prev'))
   elapsed = now - w * window
-  used = math.ceil(prevc * (window - elapsed) / window) + cur
+  used = estimate(cur, prevc, window, elapsed)
 else
   local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-  tokens = tonumber(st[1]) or burst
-  local ts = tonumber(st[2]) or now
-  if now > ts then tokens = math.min(burst, tokens + (now - ts) * limit / window) end
+  tokens = refill(tonumber(st[1]) or burst, tonumber(st[2]) or now, now, limit / window, burst)
   used = math.max(0, math.ceil(burst - tokens))
 end
 `
@@ -414,17 +421,10 @@ return {used}
 // the state should live, and stale_us: nodes not seen for that long are
 // forgotten first, as the lease scripts forget them (0: none), so that
 // a node that comes back reports against no lease. Returns {1}.
-var chargeLease = redis.NewScript(leaseNow + `
+var chargeLease = redis.NewScript(leaseCommon + leaseNow + `
 local stale = tonumber(ARGV[7])
 if stale > 0 then
-  local all = redis.call('HGETALL', KEYS[1])
-  for i = 1, #all, 2 do
-    local f = all[i]
-    if string.sub(f, 1, 2) == 's:' and now - tonumber(all[i + 1]) > stale then
-      local node = string.sub(f, 3)
-      redis.call('HDEL', KEYS[1], 's:' .. node, 'd:' .. node, 'l:' .. node, 'g:' .. node)
-    end
-  end
+  nodes(KEYS[1], '', now, stale, 0) -- forgets them, as a lease script does
 end
 local cap = burst
 if sw then cap = limit end

@@ -363,8 +363,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.HotKeyShards == 0:
 		c.HotKeyShards = DefaultHotKeyShards
-	case c.HotKeyShards < 0 || c.HotKeyShards > 1024:
-		return c, fmt.Errorf("hybrid: Config.HotKeyShards is %d; it must be between 1 and 1024 (or 0 for the default %d)", c.HotKeyShards, DefaultHotKeyShards)
+	case c.HotKeyShards < 0 || c.HotKeyShards > global.MaxShards:
+		return c, fmt.Errorf("hybrid: Config.HotKeyShards is %d; it must be between 1 and %d (or 0 for the default %d)", c.HotKeyShards, global.MaxShards, DefaultHotKeyShards)
 	}
 	if c.Breaker.Failures == 0 {
 		c.Breaker.Failures = partition.DefaultFailures

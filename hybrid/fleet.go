@@ -69,23 +69,35 @@ func (f *fleet) errOpen() error {
 	return fmt.Errorf("hybrid: Config.%s's circuit breaker is open: %w", f.name, global.ErrUnreachable)
 }
 
+// request is f's request scratch, emptied and addressed from this node.
+func (l *Limiter) request(f *fleet) *global.Request {
+	req := &f.req
+	req.Node, req.Interval, req.Shares = l.cfg.Node, l.cfg.Interval, l.cfg.Shares
+	req.Keys = req.Keys[:0]
+	return req
+}
+
+// sync sends req to f, and checks that it answered every key.
+func (f *fleet) sync(ctx context.Context, req *global.Request) (*global.Response, error) {
+	resp, err := f.syncer.Sync(ctx, req)
+	if err == nil && len(resp.Grants) != len(req.Keys) {
+		err = fmt.Errorf("hybrid: Config.%s returned %d grants for %d keys", f.name, len(resp.Grants), len(req.Keys))
+	}
+	return resp, err
+}
+
 // call syncs batch with f, reporting what f has not been told of yet.
 func (l *Limiter) call(ctx context.Context, f *fleet, i int, batch []*keyState, marks []mark) (*global.Response, error) {
 	if i == 0 && l.ldir != nil {
 		return l.callLeases(ctx, f, batch, marks)
 	}
-	req := &f.req
-	req.Node, req.Interval, req.Shares = l.cfg.Node, l.cfg.Interval, l.cfg.Shares
-	req.Keys = req.Keys[:0]
+	req := l.request(f)
 	for j, k := range batch {
 		req.Keys = append(req.Keys, global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested})
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
-	resp, err := f.syncer.Sync(ctx, req)
+	resp, err := f.sync(ctx, req)
 	cancel()
-	if err == nil && len(resp.Grants) != len(batch) {
-		err = fmt.Errorf("hybrid: Config.%s returned %d grants for %d keys", f.name, len(resp.Grants), len(batch))
-	}
 	if err == nil {
 		for j := range resp.Grants {
 			if g := &resp.Grants[j]; g.Shards > 0 {

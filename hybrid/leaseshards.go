@@ -3,7 +3,6 @@ package hybrid
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/zeebo/xxh3"
@@ -32,10 +31,11 @@ import (
 // the key and nodes leasing from its shards would otherwise each see the
 // whole limit.
 //
-// The mark lasts leaseMarkIntervals. A node that still finds the key hot
+// The mark lasts leaseMarkTTL. A node that still finds the key hot
 // extends it when half of that is left (never shortening it, never
 // reviving it once ended); every node reads it again in the last two
-// intervals it knows of, and so hears of an extension. Nobody leases
+// intervals and SyncTimeout it knows of, and so hears of an extension
+// before it would stop leasing. Nobody leases
 // from a shard after the time it last heard the mark ends (less
 // SyncTimeout, for a lease still in flight), and a node hears of that
 // time before the mark ends in Redis; so once it has ended no shard
@@ -90,8 +90,15 @@ func (l *Limiter) wantsTopUp(ls *leaseShards, lease, requested, sent int64) bool
 const maxShardSuffix = 8
 
 // leaseMarkIntervals is how long, in intervals, a lease shard mark lasts
-// when set or renewed.
+// when set or renewed, unless SyncTimeout is long (see leaseMarkTTL).
 const leaseMarkIntervals = 20
+
+// leaseMarkTTL is how long a lease shard mark lasts when set or renewed:
+// leaseMarkIntervals, and at least four SyncTimeouts, since no node
+// leases from a shard in the last SyncTimeout it knows of.
+func (l *Limiter) leaseMarkTTL() time.Duration {
+	return max(leaseMarkIntervals*l.cfg.Interval, 4*l.cfg.SyncTimeout)
+}
 
 // LeaseShardDirectory records, for the whole fleet, which Hybrid keys
 // lease from shards in the store, and moves what was spent across a
@@ -173,7 +180,7 @@ func (l *Limiter) tendLeaseShards(ctx context.Context, now int64, batch []*keySt
 	defer cancel()
 	hot := l.cfg.HotLeaseSyncs
 	interval := int64(l.cfg.Interval)
-	ttl := leaseMarkIntervals * l.cfg.Interval
+	ttl := l.leaseMarkTTL()
 	for _, k := range batch {
 		load, ok := k.leaseLoad(now)
 		ls := k.lshards
@@ -191,7 +198,9 @@ func (l *Limiter) tendLeaseShards(ctx context.Context, now int64, batch []*keySt
 			n, left, err := l.ldir.MarkLeaseShards(rctx, k.key, 0, ttl, k.pol.limit)
 			cancel()
 			l.heard(ctx, k, n, left, sent, err)
-		case now >= ls.until-2*interval:
+		case now >= ls.until-2*interval-int64(l.cfg.SyncTimeout):
+			// Before this node stops leasing from the shards (mayLease),
+			// so that it hears of an extension in time.
 			sent := l.now()
 			mctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
 			n, left, err := l.ldir.LeaseShardMark(mctx, k.key)
@@ -246,7 +255,7 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
 		return
 	}
 	sent := l.now()
-	m, left, err := l.ldir.MarkLeaseShards(cctx, k.key, n, leaseMarkIntervals*l.cfg.Interval, k.pol.limit)
+	m, left, err := l.ldir.MarkLeaseShards(cctx, k.key, n, l.leaseMarkTTL(), k.pol.limit)
 	if err != nil || left == 0 {
 		return // an ended split awaits its merge: the next sync is sent to it
 	}
@@ -293,10 +302,21 @@ type handover struct {
 	held    int64
 }
 
-// target is one Usage of a sync with sharded leases: the key itself
-// (shard -1), its home shard (0) or the next (1), for batch[j].
+// usage is which of a key's Redis keys a Usage of a sync is for.
+type usage int
+
+const (
+	keyItself  usage = iota // the key's own lease state
+	homeShard               // its home shard: report and lease
+	settleNext              // the next shard: report, hand the lease back
+	topUpNext               // the next shard: lease what the home shard did not grant
+)
+
+// target is what one Usage of a sync with sharded leases is for: which
+// of batch[j]'s Redis keys.
 type target struct {
-	j, shard int
+	j  int
+	to usage
 }
 
 // callLeases syncs batch with Config.Syncer, which leases shards: a
@@ -309,69 +329,35 @@ func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, m
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
 	defer cancel()
 	s := &l.syncs
-	out := &global.Response{Grants: make([]global.Grant, len(batch))}
-	consumed := s.consumed[:0]
+	s.consumed = s.consumed[:0]
 	for j, k := range batch {
-		consumed = append(consumed, k.unreported(0, marks[j].s0))
+		s.consumed = append(s.consumed, k.unreported(0, marks[j].s0))
 	}
-	s.consumed = consumed
+	req := l.request(f)
 	sent := l.now()
-	short := s.short[:0] // keys whose home shard granted less than asked
-	req := &f.req
-	req.Node, req.Interval, req.Shares = l.cfg.Node, l.cfg.Interval, l.cfg.Shares
-	req.Keys = req.Keys[:0]
 	tg := s.targets[:0]
 	for j, k := range batch {
-		ls := k.lshards
-		if ls == nil {
-			c := consumed[j]
-			if h := k.handover; h.pending {
-				c = max(0, c-h.held)
-			}
-			req.Keys = append(req.Keys, global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: c, Demand: k.requested})
-			tg = append(tg, target{j, -1})
+		if k.lshards != nil {
+			tg = l.shardUsages(req, tg, j, k, sent)
 			continue
 		}
-		tg = l.shardUsages(req, tg, j, k, consumed[j], sent)
-	}
-	resp, err := f.syncer.Sync(ctx, req)
-	if err == nil && len(resp.Grants) != len(req.Keys) {
-		err = fmt.Errorf("hybrid: Config.%s returned %d grants for %d keys", f.name, len(resp.Grants), len(req.Keys))
-	}
-	if err != nil {
-		s.targets = tg
-		return nil, err
-	}
-	out.Partitioned = resp.Partitioned
-	var again []int // moved to their shards: report there, in a second round trip
-	for i, t := range tg {
-		g, k := resp.Grants[i], batch[t.j]
-		switch {
-		case t.shard < 0 && g.Shards > 0:
-			k.lshards = l.newLeaseShards(k, g.Shards, sent+int64(g.ShardedFor))
-			again = append(again, t.j)
-		case t.shard < 0:
-			out.Grants[t.j] = g
-			if g.Err == nil {
-				k.handover, k.keyLease, k.keyLeaseAt = handover{}, g.Lease, sent
-			}
-		case t.shard == 0:
-			out.Grants[t.j] = k.lshards.fold(g)
-			if g.Err == nil {
-				k.lshards.lease[0], k.lshards.fresh = g.Lease, false
-				if l.wantsTopUp(k.lshards, g.Lease, k.requested, sent) {
-					short = append(short, t.j)
-				}
-			}
-		default:
-			k.lshards.settled(g, req.Keys[i].Consumed)
+		c := s.consumed[j]
+		if h := k.handover; h.pending {
+			c = max(0, c-h.held)
 		}
+		req.Keys = append(req.Keys, global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: c, Demand: k.requested})
+		tg = append(tg, target{j, keyItself})
 	}
 	s.targets = tg
-	for round := 0; round < 2 && len(again)+len(short) > 0; round++ {
-		again, short = l.moreLeases(ctx, f, batch, consumed, out, again, short)
+	resp, err := f.sync(ctx, req)
+	if err != nil {
+		return nil, err
 	}
-	s.short = short[:0]
+	out := &global.Response{Grants: make([]global.Grant, len(batch)), Partitioned: resp.Partitioned}
+	again, short := l.applyLeases(batch, out, req, resp, sent)
+	for round := 0; round < 2 && len(again)+len(short) > 0; round++ {
+		again, short = l.moreLeases(ctx, f, batch, out, again, short)
+	}
 	for _, j := range again {
 		out.Grants[j] = global.Grant{Err: errUnsettled}
 	}
@@ -384,11 +370,13 @@ func (l *Limiter) mayLease(ls *leaseShards, sent int64) bool {
 	return sent+int64(l.cfg.SyncTimeout) < ls.until
 }
 
-// shardUsages adds k's usages of its shards to req: its home shard's,
-// and the next shard's when it holds a lease there, to settle it. What
-// was spent is split between them in proportion to their leases.
-func (l *Limiter) shardUsages(req *global.Request, tg []target, j int, k *keyState, c, sent int64) []target {
+// shardUsages adds batch[j]'s usages of its shards to req: its home
+// shard's, and the next shard's when it holds a lease there, to settle
+// it. What was spent is split between them in proportion to their
+// leases.
+func (l *Limiter) shardUsages(req *global.Request, tg []target, j int, k *keyState, sent int64) []target {
 	ls := k.lshards
+	c := l.syncs.consumed[j]
 	demand := k.requested
 	if !l.mayLease(ls, sent) {
 		demand = 0 // the mark may end first: hand the leases back
@@ -403,10 +391,10 @@ func (l *Limiter) shardUsages(req *global.Request, tg []target, j int, k *keySta
 	}
 	next += ls.owed
 	req.Keys = append(req.Keys, global.Usage{Key: ls.keys[ls.home], Limit: ls.limit, Consumed: home, Demand: demand})
-	tg = append(tg, target{j, 0})
+	tg = append(tg, target{j, homeShard})
 	if ls.lease[1] > 0 || next > 0 {
 		req.Keys = append(req.Keys, global.Usage{Key: ls.keys[ls.next()], Limit: ls.limit, Consumed: next})
-		tg = append(tg, target{j, 1})
+		tg = append(tg, target{j, settleNext})
 	}
 	return tg
 }
@@ -414,14 +402,13 @@ func (l *Limiter) shardUsages(req *global.Request, tg []target, j int, k *keySta
 // moreLeases runs a further round trip: keys just moved to their shards
 // report and lease there, and keys whose home shard was short top up
 // from the next shard. It returns the keys that still need either.
-func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, consumed []int64, out *global.Response, again, short []int) ([]int, []int) {
+func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, out *global.Response, again, short []int) ([]int, []int) {
 	s := &l.syncs
-	req := &f.req
-	req.Keys = req.Keys[:0]
+	req := l.request(f)
 	tg := s.targets[:0]
 	sent := l.now()
 	for _, j := range again {
-		tg = l.shardUsages(req, tg, j, batch[j], consumed[j], sent)
+		tg = l.shardUsages(req, tg, j, batch[j], sent)
 	}
 	for _, j := range short {
 		k := batch[j]
@@ -432,33 +419,48 @@ func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, c
 		// The next shard was settled in the first round trip (or held
 		// nothing): this asks only for the rest.
 		req.Keys = append(req.Keys, global.Usage{Key: ls.keys[ls.next()], Limit: ls.limit, Demand: k.requested - ls.lease[0]})
-		tg = append(tg, target{j, 2})
+		tg = append(tg, target{j, topUpNext})
 	}
 	s.targets = tg
-	resp, err := f.syncer.Sync(ctx, req)
-	if err == nil && len(resp.Grants) != len(req.Keys) {
-		err = fmt.Errorf("hybrid: Config.%s returned %d grants for %d keys", f.name, len(resp.Grants), len(req.Keys))
-	}
+	resp, err := f.sync(ctx, req)
 	if err != nil {
 		return again, nil // no top-up this time; the moved keys report next time
 	}
-	var short2 []int
-	for i, t := range tg {
+	return l.applyLeases(batch, out, req, resp, sent)
+}
+
+// applyLeases installs resp's grants for req, whose usages
+// syncs.targets names, into out: one grant per key, the next shard's
+// top-up folded into its home shard's. It returns the keys the fleet
+// moved to their shards, which must report there, and those whose home
+// shard granted less than asked.
+func (l *Limiter) applyLeases(batch []*keyState, out *global.Response, req *global.Request, resp *global.Response, sent int64) (again, short []int) {
+	for i, t := range l.syncs.targets {
 		g, k := resp.Grants[i], batch[t.j]
 		ls := k.lshards
-		switch t.shard {
-		case 0:
+		switch t.to {
+		case keyItself:
+			if g.Shards > 0 {
+				k.lshards = l.newLeaseShards(k, g.Shards, sent+int64(g.ShardedFor))
+				again = append(again, t.j)
+				continue
+			}
+			out.Grants[t.j] = g
+			if g.Err == nil {
+				k.handover, k.keyLease, k.keyLeaseAt = handover{}, g.Lease, sent
+			}
+		case homeShard:
 			out.Grants[t.j] = ls.fold(g)
 			if g.Err == nil {
 				ls.lease[0], ls.fresh = g.Lease, false
 				k.handover = handover{}
 				if l.wantsTopUp(ls, g.Lease, k.requested, sent) {
-					short2 = append(short2, t.j)
+					short = append(short, t.j)
 				}
 			}
-		case 1:
+		case settleNext:
 			ls.settled(g, req.Keys[i].Consumed)
-		case 2:
+		case topUpNext:
 			if g.Err == nil {
 				ls.lease[1] = g.Lease
 				out.Grants[t.j] = ls.topUp(out.Grants[t.j], g)
@@ -468,7 +470,7 @@ func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, c
 			}
 		}
 	}
-	return nil, short2
+	return again, short
 }
 
 // settled records the next shard's answer g to a report of consumed: its

@@ -135,11 +135,29 @@ func TestLeaseShardsFleetWide(t *testing.T) {
 	assert.Greater(t, leaseStamp(t, c, key), own, "the key itself leases again")
 }
 
+// stepInterval is the sync interval of the hand-driven lease shard
+// tests.
+const stepInterval = 50 * time.Millisecond
+
+// manualConfig returns node i's Config in a hand-driven (ManualSync)
+// fleet on s with the one policy p: the first hot nodes split keys by
+// their sync load, the others only follow. SyncTimeout is five
+// intervals, so that a loaded machine does not fail a sync.
+func manualConfig(t *testing.T, s *redistest.Server, p hybrid.Policy, hot int) func(i int) hybrid.Config {
+	return func(i int) hybrid.Config {
+		rate := 1.0
+		if i >= hot {
+			rate = -1
+		}
+		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: redisSyncer(t, s), Interval: stepInterval,
+			SyncTimeout: 5 * stepInterval, HotLeaseSyncs: rate, ManualSync: true}
+	}
+}
+
 // steps drives ManualSync nodes by hand for the lease shard tests.
 type steps struct {
 	t        *testing.T
 	key      string
-	interval time.Duration
 	admitted int
 }
 
@@ -165,7 +183,7 @@ func (st *steps) step(active []*hybrid.Limiter, per int, stop func() bool) (got 
 		require.NoError(t, l.SyncOnce(context.Background()))
 		require.NoError(t, l.SyncEarly(context.Background()))
 	}
-	time.Sleep(st.interval)
+	time.Sleep(stepInterval)
 	return got, false
 }
 
@@ -179,19 +197,11 @@ func (st *steps) step(active []*hybrid.Limiter, per int, stop func() bool) (got 
 // were.
 func TestLeaseShardAccounting(t *testing.T) {
 	t.Parallel()
-	const interval = 50 * time.Millisecond
 	s := redistest.StartServer(t)
 	p := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: 10_000_000, Window: time.Hour}
-	nodes := fleettest.Limiters(t, 8, func(i int) hybrid.Config {
-		hot := 1.0
-		if i >= 4 {
-			hot = -1
-		}
-		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: redisSyncer(t, s), Interval: interval,
-			HotLeaseSyncs: hot, ManualSync: true}
-	})
+	nodes := fleettest.Limiters(t, 8, manualConfig(t, s, p, 4))
 	const key, perStep = "acct", 50
-	st := &steps{t: t, key: key, interval: interval}
+	st := &steps{t: t, key: key}
 	step := func(active []*hybrid.Limiter) { st.step(active, perStep, nil) }
 	split := 0
 	for ; split < 40 && !slices.Equal(shardsOf(nodes, key), []int{2, 2, 2, 2, 2, 2, 2, 2}); split++ {
@@ -253,20 +263,12 @@ func hgetInt(t *testing.T, c redis.UniversalClient, key, field string) (int64, b
 // key's first script had already dropped as stale would too.
 func TestLeaseMergeForgetsSplitLeases(t *testing.T) {
 	t.Parallel()
-	const interval = 50 * time.Millisecond
 	s := redistest.StartServer(t)
 	c := s.Client(t)
 	p := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: 10_000_000, Window: time.Hour}
-	nodes := fleettest.Limiters(t, 8, func(i int) hybrid.Config {
-		hot := 1.0
-		if i >= 1 {
-			hot = -1
-		}
-		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: redisSyncer(t, s), Interval: interval,
-			HotLeaseSyncs: hot, ManualSync: true}
-	})
+	nodes := fleettest.Limiters(t, 8, manualConfig(t, s, p, 1))
 	const key = "dbl"
-	st := &steps{t: t, key: key, interval: interval}
+	st := &steps{t: t, key: key}
 	step := func(active []*hybrid.Limiter, traffic bool) {
 		per := 0
 		if traffic {
@@ -317,7 +319,7 @@ func TestLeaseMergeForgetsSplitLeases(t *testing.T) {
 		if merged == len(left) {
 			break
 		}
-		time.Sleep(interval)
+		time.Sleep(stepInterval)
 	}
 }
 
@@ -329,20 +331,12 @@ func TestLeaseMergeForgetsSplitLeases(t *testing.T) {
 // against 20,000); the key is split anew, with the split's charges.
 func TestLeaseLateRenewal(t *testing.T) {
 	t.Parallel()
-	const interval = 50 * time.Millisecond
 	const limit = 20_000
 	s := redistest.StartServer(t)
 	p := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: limit, Window: time.Hour}
-	nodes := fleettest.Limiters(t, 8, func(i int) hybrid.Config {
-		hot := 1.0
-		if i >= 1 {
-			hot = -1
-		}
-		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: redisSyncer(t, s), Interval: interval,
-			HotLeaseSyncs: hot, ManualSync: true}
-	})
+	nodes := fleettest.Limiters(t, 8, manualConfig(t, s, p, 1))
 	const key = "lapse"
-	st := &steps{t: t, key: key, interval: interval}
+	st := &steps{t: t, key: key}
 	step := func(active []*hybrid.Limiter, per int) int {
 		got, _ := st.step(active, per, nil)
 		return got
@@ -395,19 +389,11 @@ func TestLeaseLateRenewal(t *testing.T) {
 // until a merge, the fleet admitted 36,891 against 20,000 this way.
 func TestLeaseNewNodeAfterMarkEnds(t *testing.T) {
 	t.Parallel()
-	const interval = 50 * time.Millisecond
 	const limit = 20_000
 	s := redistest.StartServer(t)
 	c := s.Client(t)
 	p := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: limit, Window: time.Hour}
-	mk := func(i int) hybrid.Config {
-		hot := 1.0
-		if i >= 1 {
-			hot = -1
-		}
-		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: redisSyncer(t, s), Interval: interval,
-			HotLeaseSyncs: hot, ManualSync: true}
-	}
+	mk := manualConfig(t, s, p, 1)
 	nodes := fleettest.Limiters(t, 8, mk)
 	const key = "gap"
 	store := redisSyncer(t, s)
@@ -417,7 +403,7 @@ func TestLeaseNewNodeAfterMarkEnds(t *testing.T) {
 		require.NoError(t, err)
 		return n > 0 && left == 0
 	}
-	st := &steps{t: t, key: key, interval: interval}
+	st := &steps{t: t, key: key}
 	step := func(active []*hybrid.Limiter, per int, stopAtGap bool) (int, bool) {
 		if stopAtGap {
 			return st.step(active, per, markEnded)

@@ -27,7 +27,6 @@ type syncState struct {
 	sharded   []*keyState // Strict keys sharded in Redis
 	consumed  []int64     // callLeases: each batch key's unreported consumption
 	targets   []target    // callLeases: what each Usage of a request is for
-	short     []int       // callLeases: keys whose home shard granted less than asked
 }
 
 // mark is what a sync read from a key's counters when it started.

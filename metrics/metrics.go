@@ -28,8 +28,8 @@ import (
 //     spend, 1 while healthy.
 //   - hybridlimit_hot_key_stripes{key}: stripes a hot Hybrid key's lease
 //     is split over on this node.
-//   - hybridlimit_hot_key_shards{key}: Redis keys a hot Strict key is
-//     split into.
+//   - hybridlimit_hot_key_shards{key}: Redis keys a hot key is split
+//     into: a Strict key's decisions, or a Hybrid key's leases.
 //   - hybridlimit_hot_key_rate{key}: requests per second this node saw
 //     offered for a hot key, estimated.
 //
@@ -54,7 +54,7 @@ func NewCollector(l *hybrid.Limiter) *Collector {
 		health:     prometheus.NewDesc("hybridlimit_health", "Link to the fleet: 0 healthy, 1 degraded, 2 emergency.", nil, nil),
 		factor:     prometheus.NewDesc("hybridlimit_ladder_factor", "Part of its share the node may spend: 1 while healthy, less while cut off.", nil, nil),
 		hotStripes: prometheus.NewDesc("hybridlimit_hot_key_stripes", "Stripes a hot Hybrid key's lease is split over on this node.", key, nil),
-		hotShards:  prometheus.NewDesc("hybridlimit_hot_key_shards", "Redis keys a hot Strict key is split into.", key, nil),
+		hotShards:  prometheus.NewDesc("hybridlimit_hot_key_shards", "Redis keys a hot key is split into: a Strict key's decisions, or a Hybrid key's leases.", key, nil),
 		hotRate:    prometheus.NewDesc("hybridlimit_hot_key_rate", "Requests per second offered to this node for a hot key, estimated.", key, nil),
 	}
 }

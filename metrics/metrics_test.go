@@ -123,7 +123,7 @@ func TestCollectorShards(t *testing.T) {
 	require.True(t, d.Allowed(), "decided on a shard")
 	require.NoError(t, l.SyncOnce(context.Background()))
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP hybridlimit_hot_key_shards Redis keys a hot Strict key is split into.
+# HELP hybridlimit_hot_key_shards Redis keys a hot key is split into: a Strict key's decisions, or a Hybrid key's leases.
 # TYPE hybridlimit_hot_key_shards gauge
 hybridlimit_hot_key_shards{key="tenant-big"} 4
 `), "hybridlimit_hot_key_shards"))

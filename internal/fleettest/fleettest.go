@@ -178,9 +178,10 @@ func (r *Run) IdealRun(t *testing.T, p hybrid.Policy) *Run {
 	return ideal
 }
 
-// Versus compares r with ideal, window by aligned window of length w as
-// the simulator does: the admissions beyond the ideal's, and the ideal's
-// admissions r lacks, each in percent of the ideal's admissions.
+// Versus compares r with ideal, window by window of length w from the
+// run's start, as the simulator does: the admissions beyond the ideal's,
+// and the ideal's admissions r lacks, each in percent of the ideal's
+// admissions.
 func (r *Run) Versus(ideal *Run, w time.Duration) (overshoot, falseRejection float64) {
 	count := func(ats []int64) map[int64]int {
 		m := map[int64]int{}
@@ -190,17 +191,12 @@ func (r *Run) Versus(ideal *Run, w time.Duration) (overshoot, falseRejection flo
 		return m
 	}
 	fleet, best := count(r.Admitted), count(ideal.Admitted)
-	var over, under int
+	under := 0
 	for win, i := range best {
-		f := fleet[win]
-		over += max(0, f-i)
-		under += max(0, i-f)
+		under += max(0, i-fleet[win])
 	}
-	for win, f := range fleet {
-		if _, ok := best[win]; !ok {
-			over += f
-		}
-	}
+	// Summed over every window, admitted - ideal = over - under.
+	over := under + len(r.Admitted) - len(ideal.Admitted)
 	total := float64(max(1, len(ideal.Admitted)))
 	return 100 * float64(over) / total, 100 * float64(under) / total
 }
