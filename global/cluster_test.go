@@ -53,10 +53,7 @@ func (h counterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // counts its pipelines per node.
 func clusterClient(t testing.TB, c *redistest.Cluster) (*redis.ClusterClient, *pipelineCounter) {
 	t.Helper()
-	o := c.ClusterOptions()
-	o.ContextTimeoutEnabled = true
-	cc := redis.NewClusterClient(o)
-	t.Cleanup(func() { cc.Close() })
+	cc := c.DeadlineClient(t)
 	counter := &pipelineCounter{byNode: map[string]int{}}
 	cc.OnNewNode(func(n *redis.Client) { n.AddHook(counter.hook(n.Options().Addr)) })
 	return cc, counter

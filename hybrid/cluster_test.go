@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -19,11 +18,7 @@ import (
 // clusterSyncer is a Redis Syncer on its own client of c.
 func clusterSyncer(t *testing.T, c *redistest.Cluster) *global.Redis {
 	t.Helper()
-	o := c.ClusterOptions()
-	o.ContextTimeoutEnabled = true
-	cc := redis.NewClusterClient(o)
-	t.Cleanup(func() { cc.Close() })
-	fleet, err := global.NewRedis(context.Background(), global.RedisConfig{Client: cc})
+	fleet, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c.DeadlineClient(t), Timeout: time.Second})
 	require.NoError(t, err)
 	return fleet
 }
@@ -35,10 +30,10 @@ func clusterSyncer(t *testing.T, c *redistest.Cluster) *global.Redis {
 func TestHotStrictKeyOnCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3)
-	l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: clusterSyncer(t, c), Interval: 50 * time.Millisecond, HotKeyRate: 100,
-		Policies: []hybrid.Policy{{Name: "login", Mode: hybrid.Strict, Limit: 1_000_000, Window: time.Second}}})
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
+	l := fleettest.Limiters(t, 1, func(int) hybrid.Config {
+		return hybrid.Config{Syncer: clusterSyncer(t, c), Interval: 50 * time.Millisecond, HotKeyRate: 100,
+			Policies: []hybrid.Policy{{Name: "login", Mode: hybrid.Strict, Limit: 1_000_000, Window: time.Second}}}
+	})[0]
 
 	deadline := time.Now().Add(10 * time.Second)
 	for len(l.HotKeys()) == 0 && time.Now().Before(deadline) {

@@ -187,6 +187,41 @@ func (st *steps) step(active []*hybrid.Limiter, per int, stop func() bool) (got 
 	return got, false
 }
 
+// run steps active with per requests each, n times.
+func (st *steps) run(active []*hybrid.Limiter, per, n int) {
+	for range n {
+		st.step(active, per, nil)
+	}
+}
+
+// until steps active with per requests each until every one of them
+// leases the key from want shards (0: from the key itself), for at most
+// most steps, and returns how many it took; the test fails, saying what,
+// if they never do.
+func (st *steps) until(active []*hybrid.Limiter, per, most, want int, what string) int {
+	st.t.Helper()
+	for i := 0; i < most; i++ {
+		if slices.Equal(shardsOf(active, st.key), slices.Repeat([]int{want}, len(active))) {
+			return i
+		}
+		st.step(active, per, nil)
+	}
+	require.Equal(st.t, slices.Repeat([]int{want}, len(active)), shardsOf(active, st.key), what)
+	return most
+}
+
+// untilDry steps active with per requests each until n steps in a row
+// admit nothing: the quota is spent.
+func (st *steps) untilDry(active []*hybrid.Limiter, per, n int) {
+	for dry := 0; dry < n; {
+		if got, _ := st.step(active, per, nil); got == 0 {
+			dry++
+		} else {
+			dry = 0
+		}
+	}
+}
+
 // TestLeaseShardAccounting checks that every admission is counted once
 // across a split and a merge: eight nodes on one real Redis spend a key
 // that never runs short, it is split, the nodes that split it leave, and
@@ -200,35 +235,20 @@ func TestLeaseShardAccounting(t *testing.T) {
 	s := redistest.StartServer(t)
 	p := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: 10_000_000, Window: time.Hour}
 	nodes := fleettest.Limiters(t, 8, manualConfig(t, s, p, 4))
-	const key, perStep = "acct", 50
-	st := &steps{t: t, key: key}
-	step := func(active []*hybrid.Limiter) { st.step(active, perStep, nil) }
-	split := 0
-	for ; split < 40 && !slices.Equal(shardsOf(nodes, key), []int{2, 2, 2, 2, 2, 2, 2, 2}); split++ {
-		step(nodes)
-	}
-	require.Equal(t, []int{2, 2, 2, 2, 2, 2, 2, 2}, shardsOf(nodes, key), "split")
-	for range 10 {
-		step(nodes)
-	}
+	const perStep = 50
+	st := &steps{t: t, key: "acct"}
+	split := st.until(nodes, perStep, 40, 2, "split")
+	st.run(nodes, perStep, 10)
 	for _, l := range nodes[:4] {
 		require.NoError(t, l.Close())
 	}
 	left := nodes[4:]
-	merged := 0
-	for ; merged < 60 && !slices.Equal(shardsOf(left, key), []int{0, 0, 0, 0}); merged++ {
-		step(left)
-	}
-	require.Equal(t, []int{0, 0, 0, 0}, shardsOf(left, key), "merged")
-	for range 5 {
-		step(left)
-	}
+	merged := st.until(left, perStep, 60, 0, "merged")
+	st.run(left, perStep, 5)
 	for _, l := range left {
 		require.NoError(t, l.Close())
 	}
-	admitted := st.admitted
-	r := redisSyncer(t, s)
-	used, err := r.LeaseUsed(context.Background(), []string{key}, global.Limit{Algorithm: global.SlidingWindow, Limit: p.Limit, Window: p.Window})
+	used, err := redisSyncer(t, s).LeaseUsed(context.Background(), []string{st.key}, global.Limit{Algorithm: global.SlidingWindow, Limit: p.Limit, Window: p.Window})
 	require.NoError(t, err)
 	// A lease is sized for an interval at the node's rate, with
 	// headroom, and an early sync adds to it: measured 160-195 a node at
@@ -236,9 +256,9 @@ func TestLeaseShardAccounting(t *testing.T) {
 	// leases again at the merge made it about 2,100; counting a report
 	// twice would add the whole of what was admitted.
 	slack := 8 * 4 * perStep
-	t.Logf("admitted %d; the key shows %d spent (split after %d steps, merged %d steps after the splitting nodes left)", admitted, used, split, merged)
-	assert.GreaterOrEqual(t, used, int64(admitted), "nothing leaked across the split and the merge")
-	assert.LessOrEqual(t, used, int64(admitted+slack), "nothing counted twice beyond the outstanding leases")
+	t.Logf("admitted %d; the key shows %d spent (split after %d steps, merged %d steps after the splitting nodes left)", st.admitted, used, split, merged)
+	assert.GreaterOrEqual(t, used, int64(st.admitted), "nothing leaked across the split and the merge")
+	assert.LessOrEqual(t, used, int64(st.admitted+slack), "nothing counted twice beyond the outstanding leases")
 }
 
 // hgetInt reads field of key's lease state on c, and whether it is there.
@@ -255,72 +275,71 @@ func hgetInt(t *testing.T, c redis.UniversalClient, key, field string) (int64, b
 	return n, true
 }
 
-// TestLeaseMergeForgetsSplitLeases merges a key whose nodes spent nothing
-// since the split: their first reports to the key must charge nothing.
-// The leases the key held for them at the split were counted then (and
-// charged to the shards), so the merge charge forgets them; a report
-// against them would charge each again, and one against a lease the
-// key's first script had already dropped as stale would too.
+// TestLeaseMergeForgetsSplitLeases merges a key back from its shards,
+// one node at a time, and reads what each node's first report charges
+// the key beyond its new lease. The leases the key held for the nodes at
+// the split were counted then (and charged to the shards), so the merge
+// charge forgets them: a node that spent nothing since must charge
+// nothing, where a report against its old lease would charge it again.
+// And a node that still holds a shard lease when another node has merged
+// reports only what it spent beyond that lease, which the merge charge
+// counted.
 func TestLeaseMergeForgetsSplitLeases(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	c := s.Client(t)
 	p := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: 10_000_000, Window: time.Hour}
 	nodes := fleettest.Limiters(t, 8, manualConfig(t, s, p, 1))
-	const key = "dbl"
-	st := &steps{t: t, key: key}
-	step := func(active []*hybrid.Limiter, traffic bool) {
-		per := 0
-		if traffic {
-			per = 50
-		}
-		st.step(active, per, nil)
+	st := &steps{t: t, key: "dbl"}
+	st.until(nodes, 50, 40, 2, "split")
+	st.run(nodes, 50, 1)
+	// Node 8 stops here, holding a lease from its home shard.
+	holder := nodes[7]
+	held := int64(0)
+	for _, sh := range global.ShardKeys(st.key, 2) {
+		l, _ := hgetInt(t, c, sh, "l:node-8")
+		held += l
 	}
-	for i := 0; i < 40 && !slices.Equal(shardsOf(nodes, key), []int{2, 2, 2, 2, 2, 2, 2, 2}); i++ {
-		step(nodes, true)
-	}
-	require.Equal(t, []int{2, 2, 2, 2, 2, 2, 2, 2}, shardsOf(nodes, key), "split")
-	keyLease := map[string]int64{}
-	for i := 2; i <= 8; i++ {
-		n := "node-" + strconv.Itoa(i)
-		keyLease[n], _ = hgetInt(t, c, key, "l:"+n)
-	}
-	t.Logf("leases the key holds for the nodes at the split: %v", keyLease)
-	// Node 1, the only one that renews, stops syncing (it left, or is
-	// paused or cut off).
-	left := nodes[1:]
-	for range 3 {
-		step(left, false) // no traffic: nothing more is spent
-	}
-	first := "" // the first node to merge charges the key with the shards
-	for i := 0; i < 60; i++ {
-		merged := 0
+	require.Positive(t, held, "node 8 holds a shard lease")
+	// Node 1, the only one that renews, stops syncing too (it left, or
+	// is paused or cut off); the others spend nothing from now on.
+	left := nodes[1:7]
+	st.run(left, 0, 3)
+	first, checked := "", 0 // the first node to merge charges the key with the shards
+	for i := 0; i < 60 && !slices.Equal(shardsOf(left, st.key), make([]int, len(left))); i++ {
 		for j, l := range left {
 			n := "node-" + strconv.Itoa(j+2)
-			cur0, _ := hgetInt(t, c, key, "cur")
-			hadShards := shardsOf([]*hybrid.Limiter{l}, key)[0] > 0
-			field, ok := hgetInt(t, c, key, "l:"+n)
+			cur0, _ := hgetInt(t, c, st.key, "cur")
+			hadShards := shardsOf([]*hybrid.Limiter{l}, st.key)[0] > 0
 			require.NoError(t, l.SyncOnce(context.Background()))
-			if hadShards && shardsOf([]*hybrid.Limiter{l}, key)[0] == 0 {
-				cur1, _ := hgetInt(t, c, key, "cur")
-				lnew, _ := hgetInt(t, c, key, "l:"+n)
-				t.Logf("%s merged: its l: field at the key before its report: %d (present %v); cur %d -> %d; new lease %d; charged beyond the new lease: %d (its key lease was %d)",
-					n, field, ok, cur0, cur1, lnew, cur1-cur0-lnew, keyLease[n])
-				if first == "" {
-					first = n
-				} else {
-					require.Zero(t, cur1-cur0-lnew, "%s spent nothing since the split, yet its first report to the key charged %d", n, cur1-cur0-lnew)
-				}
+			if !hadShards || shardsOf([]*hybrid.Limiter{l}, st.key)[0] > 0 {
+				continue
 			}
-			if shardsOf([]*hybrid.Limiter{l}, key)[0] == 0 {
-				merged++
+			cur1, _ := hgetInt(t, c, st.key, "cur")
+			lease, _ := hgetInt(t, c, st.key, "l:"+n)
+			if first == "" {
+				first = n
+				continue
 			}
-		}
-		if merged == len(left) {
-			break
+			checked++
+			require.Zero(t, cur1-cur0-lease, "%s spent nothing since the split, yet its first report to the key charged %d", n, cur1-cur0-lease)
 		}
 		time.Sleep(stepInterval)
 	}
+	require.NotEmpty(t, first, "a node merged")
+	require.Equal(t, len(left)-1, checked, "every node merged, and all but the first were checked")
+
+	// Node 8 spends part of the lease it still holds, then merges.
+	spent := admit(t, holder, st.key, int(held/2))
+	require.Positive(t, spent)
+	cur0, _ := hgetInt(t, c, st.key, "cur")
+	require.NoError(t, holder.SyncOnce(context.Background()))
+	require.Empty(t, holder.HotKeys(), "node 8 merged")
+	cur1, _ := hgetInt(t, c, st.key, "cur")
+	lease, _ := hgetInt(t, c, st.key, "l:node-8")
+	t.Logf("node 8 held %d at its shard, spent %d of it, and its first report to the key charged %d beyond its new lease",
+		held, spent, cur1-cur0-lease)
+	assert.Zero(t, cur1-cur0-lease, "what node 8 spent came from a shard lease the merge charge counted")
 }
 
 // TestLeaseLateRenewal has the only node that renews a split miss its
@@ -335,48 +354,22 @@ func TestLeaseLateRenewal(t *testing.T) {
 	s := redistest.StartServer(t)
 	p := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: limit, Window: time.Hour}
 	nodes := fleettest.Limiters(t, 8, manualConfig(t, s, p, 1))
-	const key = "lapse"
-	st := &steps{t: t, key: key}
-	step := func(active []*hybrid.Limiter, per int) int {
-		got, _ := st.step(active, per, nil)
-		return got
-	}
-	for i := 0; i < 40 && !slices.Equal(shardsOf(nodes, key), []int{2, 2, 2, 2, 2, 2, 2, 2}); i++ {
-		step(nodes, 50)
-	}
-	require.Equal(t, []int{2, 2, 2, 2, 2, 2, 2, 2}, shardsOf(nodes, key), "split")
+	st := &steps{t: t, key: "lapse"}
+	st.until(nodes, 50, 40, 2, "split")
 	t.Logf("split; admitted so far %d", st.admitted)
 	// node-1, the only renewer, misses its syncs for a while.
 	left := nodes[1:]
-	for i := 0; i < 60 && !slices.Equal(shardsOf(left, key), []int{0, 0, 0, 0, 0, 0, 0}); i++ {
-		step(left, 50)
-	}
-	require.Equal(t, []int{0, 0, 0, 0, 0, 0, 0}, shardsOf(left, key), "merged")
-	for range 20 {
-		step(left, 50)
-	}
+	st.until(left, 50, 60, 0, "merged")
+	st.run(left, 50, 20)
 	t.Logf("merged and spent from the key; admitted so far %d", st.admitted)
 	// node-1 is back, still hot.
 	require.NoError(t, nodes[0].SyncOnce(context.Background()))
-	for i := 0; i < 10 && !slices.Equal(shardsOf(nodes, key), []int{2, 2, 2, 2, 2, 2, 2, 2}); i++ {
-		step(nodes, 0)
-	}
-	require.Equal(t, []int{2, 2, 2, 2, 2, 2, 2, 2}, shardsOf(nodes, key), "split again")
-	for dry := 0; dry < 10; {
-		if step(nodes, 100) == 0 {
-			dry++
-		} else {
-			dry = 0
-		}
-	}
+	st.until(nodes, 0, 10, 2, "split again")
+	st.untilDry(nodes, 100, 10)
 	for _, l := range nodes {
 		require.NoError(t, l.Close())
 	}
-	r := redisSyncer(t, s)
-	per := global.Limit{Algorithm: global.SlidingWindow, Limit: limit / 2, Window: time.Hour}
-	used, err := r.LeaseUsed(context.Background(), global.ShardKeys(key, 2), per)
-	require.NoError(t, err)
-	t.Logf("admitted %d against a limit of %d per hour; the shards show %d spent", st.admitted, limit, used)
+	t.Logf("admitted %d against a limit of %d per hour", st.admitted, limit)
 	assert.LessOrEqual(t, st.admitted, limit*105/100, "admitted within the hour")
 }
 
@@ -391,47 +384,30 @@ func TestLeaseNewNodeAfterMarkEnds(t *testing.T) {
 	t.Parallel()
 	const limit = 20_000
 	s := redistest.StartServer(t)
-	c := s.Client(t)
 	p := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: limit, Window: time.Hour}
 	mk := manualConfig(t, s, p, 1)
 	nodes := fleettest.Limiters(t, 8, mk)
-	const key = "gap"
 	store := redisSyncer(t, s)
+	st := &steps{t: t, key: "gap"}
 	// markEnded reports whether the split's mark has run out.
 	markEnded := func() bool {
-		n, left, err := store.LeaseShardMark(context.Background(), key)
+		n, left, err := store.LeaseShardMark(context.Background(), st.key)
 		require.NoError(t, err)
 		return n > 0 && left == 0
 	}
-	st := &steps{t: t, key: key}
-	step := func(active []*hybrid.Limiter, per int, stopAtGap bool) (int, bool) {
-		if stopAtGap {
-			return st.step(active, per, markEnded)
-		}
-		return st.step(active, per, nil)
-	}
-	for i := 0; i < 40 && !slices.Equal(shardsOf(nodes, key), []int{2, 2, 2, 2, 2, 2, 2, 2}); i++ {
-		step(nodes, 50, false)
-	}
-	require.Equal(t, []int{2, 2, 2, 2, 2, 2, 2, 2}, shardsOf(nodes, key), "split")
-	for dry := 0; dry < 5; {
-		if g, _ := step(nodes, 300, false); g == 0 {
-			dry++
-		} else {
-			dry = 0
-		}
-	}
+	st.until(nodes, 50, 40, 2, "split")
+	st.untilDry(nodes, 300, 5)
 	t.Logf("shards spent dry; admitted %d of %d", st.admitted, limit)
 	// node-1, the only renewer, stops; the others keep syncing (no
 	// traffic) until the mark has run out.
 	left := nodes[1:]
 	for i := 0; i < 100; i++ {
-		if _, gap := step(left, 0, true); gap {
+		if _, gap := st.step(left, 0, markEnded); gap {
 			break
 		}
 	}
 	require.True(t, markEnded(), "the mark ran out")
-	require.Equal(t, []int{2, 2, 2, 2, 2, 2, 2}, shardsOf(left, key), "nobody merged yet")
+	require.Equal(t, []int{2, 2, 2, 2, 2, 2, 2}, shardsOf(left, st.key), "nobody merged yet")
 	// A node with no state for the key syncs now.
 	n9 := fleettest.Limiters(t, 1, func(int) hybrid.Config {
 		cfg := mk(1)
@@ -440,33 +416,14 @@ func TestLeaseNewNodeAfterMarkEnds(t *testing.T) {
 	})[0]
 	late := 0
 	for range 3 { // within one interval: one regular sync, early syncs after
-		for range 5000 {
-			d, err := n9.Allow(key)
-			require.NoError(t, err)
-			if d.Allowed() {
-				late++
-			}
-		}
+		late += admit(t, n9, st.key, 5000)
 		require.NoError(t, n9.SyncOnce(context.Background()))
 		time.Sleep(n9.EarlyGap())
 	}
 	st.admitted += late
-	r := redisSyncer(t, s)
-	kl := global.Limit{Algorithm: global.SlidingWindow, Limit: limit, Window: time.Hour}
-	sl := global.Limit{Algorithm: global.SlidingWindow, Limit: limit / 2, Window: time.Hour}
-	ku, _ := r.LeaseUsed(context.Background(), []string{key}, kl)
-	su, _ := r.LeaseUsed(context.Background(), global.ShardKeys(key, 2), sl)
-	l9, _ := hgetInt(t, c, key, "l:node-9")
-	t.Logf("node-9 admitted %d in the gap; the key shows %d spent (node-9's outstanding lease %d), its shards %d", late, ku, l9, su)
+	t.Logf("node-9 admitted %d in the gap", late)
 	// Now the others merge, and everyone spends what is left.
-	all := append(slices.Clone(left), n9)
-	for dry := 0; dry < 5; {
-		if g, _ := step(all, 300, false); g == 0 {
-			dry++
-		} else {
-			dry = 0
-		}
-	}
+	st.untilDry(append(slices.Clone(left), n9), 300, 5)
 	t.Logf("admitted %d against a limit of %d per hour", st.admitted, limit)
 	assert.LessOrEqual(t, st.admitted, limit*105/100, "admitted within the hour")
 }

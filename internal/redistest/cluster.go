@@ -271,6 +271,17 @@ func (c *Cluster) ClusterClient(tb testing.TB) *redis.ClusterClient {
 	return cc
 }
 
+// DeadlineClient is ClusterClient with ContextTimeoutEnabled, so every
+// call honours its context's deadline, as global.NewRedis requires.
+func (c *Cluster) DeadlineClient(tb testing.TB) *redis.ClusterClient {
+	tb.Helper()
+	o := c.ClusterOptions()
+	o.ContextTimeoutEnabled = true
+	cc := redis.NewClusterClient(o)
+	tb.Cleanup(func() { cc.Close() })
+	return cc
+}
+
 // FlushAll deletes every key on every master.
 func (c *Cluster) FlushAll(tb testing.TB) {
 	tb.Helper()
