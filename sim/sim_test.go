@@ -54,6 +54,9 @@ func TestGossipOvershootGrowsWithInterval(t *testing.T) {
 		require.NoError(t, err)
 		t.Logf("gossip, sync every %v: worst window %.2f%% over the limit, overshoot %.2f%%, false rejection %.2f%%", iv, r.OvershootWorst, r.Overshoot, r.FalseRejection)
 		assert.Greater(t, r.OvershootWorst, last, "at %v", iv)
+		// Measured 1.15%, 1.75% and 3.90%; with no gossip delivered at
+		// all, every node spends its whole share alone: about 105%.
+		assert.Less(t, r.OvershootWorst, 10.0, "at %v: the peers' counts arrive", iv)
 		last = r.OvershootWorst
 	}
 }
