@@ -97,6 +97,17 @@ func (c *Core) Updates(now time.Time) []Update {
 	return out
 }
 
+// Changed returns this node's entries synced since they were last
+// returned, one Update per key, in the order they were synced: what a
+// Gossip queues after each Sync, without a walk of the whole table.
+func (c *Core) Changed(now time.Time) []Update {
+	var out []Update
+	c.tab.flushChanged(instantOf(now), func(k *key) {
+		out = append(out, Update{Name: keyName(k.hash), Msg: c.encode(k)})
+	})
+	return out
+}
+
 // encode returns k's own entry as a one-key update message.
 func (c *Core) encode(k *key) []byte {
 	c.enc.header(kindUpdate)

@@ -30,9 +30,14 @@ func TestCore(t *testing.T) {
 
 	_, err = a.Sync(req(30, 10), now)
 	require.NoError(t, err)
-	ups := a.Updates(now)
-	require.Len(t, ups, 1)
+	ups := a.Changed(now)
+	require.Len(t, ups, 1, "what the sync changed")
+	assert.Empty(t, a.Changed(now), "returned once")
 	assert.Empty(t, a.Updates(now), "sent once until it changes or is due for refresh")
+	_, err = a.Sync(req(5, 10), now)
+	require.NoError(t, err)
+	require.Len(t, a.Updates(now), 1, "changed again")
+	assert.Empty(t, a.Changed(now), "the walk took it")
 	require.NoError(t, b.Receive(ups[0].Msg, now))
 	assert.Error(t, b.Receive(ups[0].Msg[:3], now), "malformed")
 

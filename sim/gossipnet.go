@@ -50,7 +50,7 @@ func (s gossipSyncer) Sync(_ context.Context, req *global.Request) (*global.Resp
 	s.e.m.syncKeys += int64(len(req.Keys))
 	resp, err := n.g.core.Sync(req, now)
 	if err == nil {
-		s.e.enqueue(n, n.g.core.Updates(now))
+		s.e.enqueue(n, n.g.core.Changed(now)) // as Gossip.Sync queues; refreshes wait for a round
 	}
 	return resp, err
 }

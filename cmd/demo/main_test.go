@@ -65,7 +65,11 @@ func TestFleetDemo(t *testing.T) {
 	assert.LessOrEqual(t, sum.HotRate, 40*(1+1/5.0)*1.2)
 	assert.LessOrEqual(t, float64(sum.HotWorst), 40*1.5, "no second after the burst far over the limit")
 	assert.GreaterOrEqual(t, sum.HotRate, 40*0.7)
-	// Health events may come between and after, in any run long enough.
+	// The cut and heal events are the demo's script, written whatever
+	// the network does; Dropped is what shows the cut was real. The cut
+	// node's health changes only after memberlist suspects its peers,
+	// about 8 s into a cut (the default 30 s run shows it at 18 s, the cut
+	// at 10 s), which this 5 s run does not reach.
 	cut := slices.IndexFunc(sum.Events, func(e string) bool { return strings.Contains(e, "node-3 cut off") })
 	healed := slices.IndexFunc(sum.Events, func(e string) bool { return strings.Contains(e, "network healed") })
 	assert.True(t, cut >= 0 && healed > cut, "cut, then healed: %v", sum.Events)

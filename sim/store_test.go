@@ -1,0 +1,69 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+// TestStoreMatchesRedis sends the same sequence of syncs to the
+// simulator's store and to global's lease scripts on a real Redis, and
+// requires the same grants: leases, the fleet's usage and remaining, the
+// node count and the weights. The sequence takes and gives back leases,
+// runs into debt, and starves a node, by both algorithms and both ways
+// of sharing. The limits refill so slowly (1,000 a day) that the
+// milliseconds between the two calls change nothing.
+func TestStoreMatchesRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	client := srv.DeadlineClient(t)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
+	require.NoError(t, err)
+	steps := []struct {
+		node             string
+		consumed, demand int64
+	}{
+		{"a", 0, 300},
+		{"b", 0, 500},
+		{"a", 100, 400},  // gives 200 back
+		{"c", 50, 1000},  // spent without a lease: debt
+		{"b", 700, 200},  // spent beyond its lease
+		{"a", 400, 0},    // wants nothing more
+		{"c", 0, 2000},   // more than is left
+		{"b", 150, 2000}, // contended
+	}
+	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+		for _, shares := range []global.Shares{global.DemandWeighted, global.Equal} {
+			key := fmt.Sprintf("parity-%v-%v", alg, shares)
+			lim := global.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
+			st := &store{keys: map[string]*lease{}}
+			for i, s := range steps {
+				req := global.Request{Node: s.node, Interval: time.Second, Shares: shares,
+					Keys: []global.Usage{{Key: key, Limit: lim, Consumed: s.consumed, Demand: s.demand}}}
+				want, err := r.Sync(context.Background(), &req)
+				require.NoError(t, err)
+				now, err := client.Time(context.Background()).Result()
+				require.NoError(t, err)
+				o := &op{req: req}
+				st.apply(o, now.UnixMicro())
+				w, g := want.Grants[0], o.resp.Grants[0]
+				require.NoError(t, w.Err)
+				require.NoError(t, g.Err)
+				what := fmt.Sprintf("%v %v step %d (%s consumed %d, demand %d)", alg, shares, i, s.node, s.consumed, s.demand)
+				assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
+				assert.Equal(t, w.Used, g.Used, "used: %s", what)
+				assert.Equal(t, w.Remaining, g.Remaining, "remaining: %s", what)
+				assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
+				assert.InDelta(t, w.Weight, g.Weight, 1e-6, "weight: %s", what)
+				assert.Equal(t, w.TTL, g.TTL, "ttl: %s", what)
+			}
+		}
+	}
+}
