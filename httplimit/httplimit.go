@@ -181,7 +181,7 @@ type prepared struct {
 // taken is one limit's part in a request: what it decided.
 type taken struct {
 	i   int // the limit's index in Config.Limits
-	res hybrid.Reservation
+	res *hybrid.Reservation
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

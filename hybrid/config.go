@@ -2,8 +2,10 @@ package hybrid
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
+	"reflect"
 	"runtime"
 	"strconv"
 	"time"
@@ -94,6 +96,9 @@ type Policy struct {
 	Algorithm local.Algorithm
 
 	// Limit is how many requests the fleet may make per Window, per key.
+	// A Hybrid or Strict policy's capacity (Burst, or Limit for a window
+	// algorithm) is at most 2^31-1 (2,147,483,647): the largest cost it
+	// admits, and every such cost is counted exactly.
 	Limit int64
 
 	// Window is the period of Limit. Hybrid and Strict policies need at
@@ -277,6 +282,11 @@ type Config struct {
 
 	// Clock is the time source. Default the real clock.
 	Clock clock.Clock
+
+	// Logger receives what an operator should know: a key the fleet
+	// cannot answer, and when it answers again. Default: nothing is
+	// logged.
+	Logger *slog.Logger
 }
 
 // withDefaults validates c and fills in its defaults.
@@ -321,13 +331,37 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("hybrid: Config.MaxKeys is %d; it must be positive (or 0 for the default %d)", c.MaxKeys, DefaultMaxKeys)
 	}
 	switch {
-	case c.MaxKeyLen == 0:
-		c.MaxKeyLen = DefaultMaxKeyLen
 	case c.MaxKeyLen < 0:
 		return c, fmt.Errorf("hybrid: Config.MaxKeyLen is %d; it must be positive (or 0 for the default %d)", c.MaxKeyLen, DefaultMaxKeyLen)
+	case c.MaxKeyLen == 0:
+		c.MaxKeyLen = DefaultMaxKeyLen
+		for _, s := range []global.Syncer{c.Syncer, c.Failover} {
+			if m, ok := s.(keyLenLimiter); ok && !isNil(s) {
+				c.MaxKeyLen = min(c.MaxKeyLen, m.MaxKeyLen())
+			}
+		}
+	}
+	for _, f := range []struct {
+		name string
+		s    global.Syncer
+	}{{"Syncer", c.Syncer}, {"Failover", c.Failover}} {
+		if m, ok := f.s.(keyLenLimiter); ok && !isNil(f.s) && c.MaxKeyLen > m.MaxKeyLen() {
+			// A key the fleet refuses would follow the FailMode for
+			// good: refuse the mismatch here instead.
+			return c, fmt.Errorf("hybrid: Config.MaxKeyLen is %d but Config.%s takes keys of at most %d bytes; lower MaxKeyLen or raise the fleet's", c.MaxKeyLen, f.name, m.MaxKeyLen())
+		}
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if isNil(c.Syncer) {
+		return c, fmt.Errorf("hybrid: Config.Syncer is a nil %T; check the error of the call that made it", c.Syncer)
+	}
+	if isNil(c.Failover) {
+		return c, fmt.Errorf("hybrid: Config.Failover is a nil %T; check the error of the call that made it", c.Failover)
 	}
 	switch {
 	case c.Failover != nil && c.Syncer == nil:
@@ -382,6 +416,24 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("hybrid: Config.Ladder: %w", err)
 	}
 	return c, nil
+}
+
+// keyLenLimiter is a Syncer that refuses keys longer than MaxKeyLen, as
+// global.Redis does.
+type keyLenLimiter interface{ MaxKeyLen() int }
+
+// isNil reports whether s holds a nil pointer, as a constructor returns
+// beside its error: New refuses it rather than fail at the first sync.
+func isNil(s global.Syncer) bool {
+	if s == nil {
+		return false
+	}
+	v := reflect.ValueOf(s)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // defaultNode names a node after its host and process, with a random
@@ -441,8 +493,9 @@ func checkPolicy(i int, p *Policy, syncer global.Syncer) (global.Limit, error) {
 	case p.Burst < 0:
 		return global.Limit{}, fmt.Errorf("%s: Burst is %d; it must not be negative", at, p.Burst)
 	}
+	burstField := "Burst"
 	if p.Burst == 0 {
-		p.Burst = p.Limit
+		p.Burst, burstField = p.Limit, "Limit" // the capacity the user set
 	}
 	if p.Mode == Local {
 		return global.Limit{}, nil
@@ -460,7 +513,7 @@ func checkPolicy(i int, p *Policy, syncer global.Syncer) (global.Limit, error) {
 		return global.Limit{}, fmt.Errorf("%s: Window is %v; a %v policy needs at least 1ms", at, p.Window, p.Mode)
 	}
 	if p.Burst > maxAllowance {
-		return global.Limit{}, fmt.Errorf("%s: Burst is %d; a %v policy takes at most %d", at, p.Burst, p.Mode, int64(maxAllowance))
+		return global.Limit{}, fmt.Errorf("%s: %s is %d; a %v policy's capacity is at most %d", at, burstField, p.Burst, p.Mode, int64(maxAllowance))
 	}
 	if syncer == nil {
 		return global.Limit{}, fmt.Errorf("%s: Mode %v needs Config.Syncer", at, p.Mode)

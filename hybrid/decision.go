@@ -11,7 +11,9 @@ import (
 const Never = local.Never
 
 // Decision is the outcome of one request. It is returned by value and costs
-// no allocation; its zero value is an admitted request with nothing known.
+// no allocation. A Decision returned with an error always refuses, so
+// that a caller who checks only Allowed cannot admit a request the
+// Limiter could not decide.
 //
 // Its fields are read through methods so that it stays four machine words,
 // which the compiler keeps in registers: the degraded flag rides in the
@@ -64,3 +66,6 @@ func fromLocal(r local.Result, degraded bool) Decision {
 	}
 	return d
 }
+
+// refusedDecision is a Decision that refuses, to try again after retry.
+func refusedDecision(retry time.Duration) Decision { return Decision{retryAfter: retry} }

@@ -158,8 +158,13 @@ func (l *Limiter) Health() Health {
 	h := &l.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	var out Health
 	if h.cut {
-		return l.ladder.Health(time.Duration(max(1, now-h.cutSince)), 0)
+		out = l.ladder.Health(time.Duration(max(1, now-h.cutSince)), 0)
+	} else {
+		out = l.ladder.Health(0, time.Duration(now-h.restored))
 	}
-	return l.ladder.Health(0, time.Duration(now-h.restored))
+	out.FailingKeys = int(l.keyErrs.failing.Load())
+	out.KeyError = l.lastKeyError()
+	return out
 }

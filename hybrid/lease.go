@@ -6,20 +6,31 @@ import (
 )
 
 // A key's lease is one atomic word: the high 32 bits count what the node
-// has spent on the key (wrapping), the low 32 bits hold what it may still
-// spend (its allowance). Admitting n is one compare-and-swap that takes n
-// from the allowance and adds n to spent; an admission that does not come
-// from the lease (a degraded decision) is one atomic add to spent, which
-// wraps off the top and never disturbs the allowance.
+// has spent on the key from its lease (wrapping), the low 32 bits hold
+// what it may still spend (its allowance). Admitting n is one
+// compare-and-swap that takes n from the allowance and adds n to spent.
+// An admission that does not come from the lease (a degraded decision) is
+// one atomic add to a separate 64-bit count, keyState.extra, which no
+// outage, however long, can wrap.
 //
 // The sync loop reads spent at the start of a sync (s0) and reports what
 // was spent since the last report. When the grant L arrives, what was
 // spent during the round trip (spent - s0) came out of the old allowance
 // but will be reported with the next sync, against the new lease; so the
 // new allowance is L - (spent - s0), and nothing is counted twice.
+//
+// The word's 32-bit spent wraps; the sync loop extends it to 64 bits
+// (keyState.extend) at every sync. That is exact while the word moves by
+// less than 2^31 between two syncs, and it does: what the word spends
+// between syncs came out of one allowance or the next, each at most
+// maxAllowance, and what Cancel gives back it had taken. So every cost a
+// policy accepts (its capacity is at most maxAllowance) is counted
+// exactly, however large.
 
-// maxAllowance is the largest allowance a lease word holds.
-const maxAllowance = math.MaxUint32
+// maxAllowance is the largest allowance a lease word holds, and so the
+// largest capacity (Burst, or Limit for a window) a Hybrid or Strict
+// policy takes: 2^31-1.
+const maxAllowance = math.MaxInt32
 
 func allowanceOf(w uint64) int64 { return int64(uint32(w)) }
 func spentOf(w uint64) uint32    { return uint32(w >> 32) }
@@ -33,6 +44,7 @@ type keyState struct {
 	touched atomic.Bool   // used since the last sweep (Local and Strict keys)
 	early   atomic.Bool   // an early sync has been asked for
 	retired atomic.Bool   // forgotten: callers must look the key up again
+	failing atomic.Bool   // the fleet's last answer for the key was an error: past the lease, the FailMode decides
 	low     atomic.Int64  // allowance below which an early sync is asked for; 0 for none
 	until   atomic.Int64  // when the lease stops being spendable: a sliding window's edge
 
@@ -52,8 +64,12 @@ type keyState struct {
 	pol *policy
 
 	// Sync loop state.
-	reported   [2]uint32    // spent as of the last report each fleet took
-	folded     uint32       // what merged-back stripes spent
+	extra atomic.Int64 // spent outside the lease: degraded admissions
+
+	reported   [2]int64     // spent as of the last report each fleet took
+	folded     uint32       // what merged-back stripes spent, wrapping
+	wordSeen   uint32       // the words' spent (wrapping) at the last extend
+	total      int64        // the words' spent at the last extend, in full
 	listed     bool         // Strict: in syncState.sharded
 	hotRate    float64      // Strict: the rate the sketch last saw
 	lshards    *leaseShards // Hybrid: the Redis shards its leases come from; nil if none
@@ -63,13 +79,13 @@ type keyState struct {
 	syncs      int64        // Hybrid: syncs with demand, for the fleet's sync load
 	syncsSeen  int64        // syncs at loadAt
 	loadAt     int64        // when the sync load was last estimated
-	granted    uint32       // spent when the last grant was installed
+	granted    int64        // spent when the last grant was installed
 	carry      float64      // the fraction of a token a ladder-capped lease left over
 	markIdx    int64        // the Window-long period mark was taken in
-	mark       uint32       // spent at the first sync of that period
-	prevMark   uint32       // spent at the first sync of the period before
+	mark       int64        // spent at the first sync of that period
+	prevMark   int64        // spent at the first sync of the period before
 
-	spentSeen   uint32  // spent as of the last forecast
+	spentSeen   int64   // spent as of the last forecast
 	refusedSeen uint64  // refused as of the last forecast
 	rate        float64 // EWMA of requests offered per second
 	forecastAt  int64   // when rate was last updated
@@ -98,16 +114,11 @@ func (k *keyState) resetFallback() {
 const sizedBit = 1 << 63
 
 // unreported is what fleet i has not been told k spent, as of spent s0.
-func (k *keyState) unreported(i int, s0 uint32) int64 {
-	if d := int32(s0 - k.reported[i]); d > 0 {
-		return int64(d)
-	}
-	return 0
-}
+func (k *keyState) unreported(i int, s0 int64) int64 { return max(0, s0-k.reported[i]) }
 
 // allReported reports whether every one of n fleets has been told of
 // spending up to s0.
-func (k *keyState) allReported(n int, s0 uint32) bool {
+func (k *keyState) allReported(n int, s0 int64) bool {
 	for i := range n {
 		if k.reported[i] != s0 {
 			return false
@@ -118,7 +129,7 @@ func (k *keyState) allReported(n int, s0 uint32) bool {
 
 // roll moves k's reconciliation marks to the Window-long period now falls
 // in, at spent s0.
-func (k *keyState) roll(now int64, s0 uint32) {
+func (k *keyState) roll(now int64, s0 int64) {
 	idx := now / int64(k.pol.Window)
 	switch idx {
 	case k.markIdx:
@@ -136,13 +147,17 @@ func (k *keyState) roll(now int64, s0 uint32) {
 // the fleet's count, and reporting it would refuse requests for traffic
 // long past.
 func (k *keyState) forgetStale(i int) {
-	if int32(k.prevMark-k.reported[i]) > 0 {
+	if k.prevMark > k.reported[i] {
 		k.reported[i] = k.prevMark
 	}
 }
 
 // spend counts n admitted outside the lease.
-func (k *keyState) spend(n int64) { k.word.Add(uint64(n) << 32) }
+func (k *keyState) spend(n int64) { k.extra.Add(n) }
+
+// extend is the words' spent in full, given raw, their sum as wrapped.
+// Sync loop only.
+func (k *keyState) extend(raw uint32) int64 { return k.total + int64(int32(raw-k.wordSeen)) }
 
 // zero drops what is left of the allowance: a lease that lapsed.
 func (k *keyState) zero() {
@@ -154,27 +169,34 @@ func (k *keyState) zero() {
 	}
 }
 
-// give returns n to the allowance, undoing a take. Spent goes back too; if
-// a sync reported the take in between, the next sync sees spent below what
-// it reported and reports nothing until spending catches up.
+// give returns n to the allowance, undoing a take. Spent goes back by as
+// much as the allowance grew, so that nothing given back is ever both
+// spendable and unreported; if a sync reported the take in between, the
+// next sync sees spent below what it reported and reports nothing until
+// spending catches up. A cost of zero or less gives nothing.
 func (k *keyState) give(n int64) {
+	if n <= 0 {
+		return
+	}
 	for {
 		w := k.word.Load()
 		a := min(allowanceOf(w)+n, maxAllowance)
-		if k.word.CompareAndSwap(w, uint64(spentOf(w)-uint32(n))<<32|uint64(a)) {
+		back := uint32(a - allowanceOf(w))
+		if k.word.CompareAndSwap(w, uint64(spentOf(w)-back)<<32|uint64(a)) {
 			return
 		}
 	}
 }
 
-// grant installs a new allowance of lease, less what was spent since s0
-// (or, for a striped key, since its stripes' marks).
-func (k *keyState) grant(s0 uint32, lease, low int64) {
+// grant installs a new allowance of lease, less what was spent since raw,
+// the words' spent at the sync's start (for a striped key, since its
+// stripes' marks).
+func (k *keyState) grant(raw uint32, lease, low int64) {
 	if set := k.stripes.Load(); set != nil {
 		k.grantStriped(set, lease, low)
 		return
 	}
-	s0 -= k.folded // the word's own spent
+	s0 := raw - k.folded // the word's own spent
 	for {
 		w := k.word.Load()
 		a := lease - int64(spentOf(w)-s0)

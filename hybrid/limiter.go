@@ -111,6 +111,9 @@ type Limiter struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
+	keyErrs keyErrors   // keys the fleet answers with an error
+	closed  atomic.Bool // Close has begun: no fleet is called again but to hand leases back
+
 	closeOnce sync.Once
 	closeErr  error
 
@@ -212,9 +215,10 @@ func (l *Limiter) Allow(key string) (Decision, error) { return l.allow(key, noTi
 // if so. A cost n <= 0 takes nothing and is admitted.
 //
 // An error means the key could not be decided at all: it is too long,
-// matches no policy, or would pass MaxKeys. A fleet that cannot be reached
-// is not an error; the policy's FailMode decides and the Decision says it
-// is Degraded.
+// matches no policy, or would pass MaxKeys; the Decision then refuses. A
+// fleet that cannot be reached, or cannot answer for this key, is not an
+// error: the policy's FailMode decides, the Decision says it is Degraded,
+// and Health counts the keys the fleet refused.
 func (l *Limiter) AllowN(key string, n int) (Decision, error) {
 	return l.allow(key, noTime, int64(n))
 }
@@ -275,7 +279,7 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 		d.retryAfter = Never
 		return d, nil
 	}
-	if l.degraded.Load() {
+	if l.degraded.Load() || k.failing.Load() {
 		return l.failed(k, now, n), nil
 	}
 	k.refused.Add(uint64(n))
@@ -333,14 +337,18 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 		} else {
 			r, err = k.pol.local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
 		}
-		return fromLocal(r, false), err
+		if err != nil {
+			return l.errDecision(err), err
+		}
+		return fromLocal(r, false), nil
 	}
 	if n <= 0 {
 		return Decision{limit: k.pol.capacity}, nil
 	}
 	f := l.fleets[0]
-	if !f.closed.Load() {
-		// The breaker is open: a dead store is not waited on.
+	if !f.closed.Load() || l.closed.Load() {
+		// The breaker is open: a dead store is not waited on. A closed
+		// Limiter calls it no more.
 		if now == noTime {
 			now = l.now()
 		}
@@ -375,13 +383,24 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 	switch {
 	case err == nil:
 		k.resetFallback()
-		d := Decision{limit: k.pol.capacity, remaining: g.Remaining, retryAfter: g.RetryAfter, resetAfter: g.ResetAfter}
-		if g.RetryAfter < 0 {
+		l.keyAnswered(k)
+		d := Decision{limit: k.pol.capacity, remaining: max(0, g.Remaining), resetAfter: max(0, g.ResetAfter)}
+		switch {
+		case g.Allowed:
+		case g.RetryAfter < 0:
 			d.retryAfter = Never
+		case g.RetryAfter > 0:
+			d.retryAfter = g.RetryAfter
+		default:
+			// Refused with no time to wait: not an answer the store's
+			// scripts give, but a refusal all the same.
+			d.retryAfter = l.retryAfter(now)
 		}
 		return d, nil
 	case errors.Is(err, global.ErrInvalid):
-		return Decision{}, err
+		// The store answered but not for this key: it follows the
+		// FailMode like an outage, and Health counts it.
+		l.keyFailed(k, err)
 	}
 	return l.failed(k, now, n), nil
 }
@@ -431,22 +450,26 @@ func (l *Limiter) sizeFallback(k *keyState, now int64) {
 // allowNew resolves a key seen for the first time and decides for it.
 func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 	if len(key) > l.cfg.MaxKeyLen {
-		return Decision{}, ErrKeyTooLong
+		return l.errDecision(ErrKeyTooLong), ErrKeyTooLong
 	}
 	pol := l.resolve(key)
 	if pol == nil {
-		return Decision{}, ErrNoPolicy
+		return l.errDecision(ErrNoPolicy), ErrNoPolicy
 	}
 	if l.nkeys.Load() >= int64(l.cfg.MaxKeys) && !l.makeRoom() {
-		return Decision{}, ErrTooManyKeys
+		return l.errDecision(ErrTooManyKeys), ErrTooManyKeys
 	}
 	k := &keyState{key: key, pol: pol}
 	k.until.Store(math.MaxInt64)
 	if pol.Mode == Hybrid {
 		// Until its first grant, a new key may spend a starter credit
 		// of the floor lease. It is charged to the fleet at the first
-		// sync, so a node that joins never gets a fresh full quota.
-		k.word.Store(uint64(l.floor(pol, 0)))
+		// sync, so a node that joins never gets a fresh full quota. A
+		// closed Limiter syncs no more: its new keys get no credit and
+		// follow the FailMode.
+		if !l.closed.Load() {
+			k.word.Store(uint64(l.floor(pol, 0)))
+		}
 		t := l.now()
 		k.activeAt, k.forecastAt, k.lastSync = t, t, t-int64(l.cfg.Interval)
 	}
@@ -458,6 +481,16 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 		}
 	}
 	return l.decide(v.(*keyState), now, n)
+}
+
+// errDecision is the refusing Decision that comes with err: a key that
+// cannot be tracked now may be once keys are forgotten, at the next sync;
+// any other key never can be.
+func (l *Limiter) errDecision(err error) Decision {
+	if errors.Is(err, ErrTooManyKeys) {
+		return refusedDecision(l.cfg.Interval)
+	}
+	return refusedDecision(Never)
 }
 
 // resolve finds key's policy.

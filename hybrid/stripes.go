@@ -114,16 +114,17 @@ func (k *keyState) takeStriped(set *stripeSet, n int64) (left int64, ok, early b
 	return k.allowance(), false, false
 }
 
-// spent is what the node has spent on the key, wrapping: every stripe's,
-// and what merged stripes had spent. Sync loop only.
-func (k *keyState) spent() uint32 {
+// spent is what the node has spent on the key, in full: every stripe's,
+// what merged stripes had spent, and what it admitted outside the lease.
+// Sync loop only.
+func (k *keyState) spent() int64 {
 	s := spentOf(k.word.Load()) + k.folded
 	if set := k.stripes.Load(); set != nil {
 		for i := range set.s {
 			s += spentOf(set.s[i].word.Load())
 		}
 	}
-	return s
+	return k.extend(s) + k.extra.Load()
 }
 
 // allowance is what the node may still spend on the key, all stripes.
@@ -137,20 +138,23 @@ func (k *keyState) allowance() int64 {
 	return a
 }
 
-// markSpent reads the key's spent for a sync, and each stripe's, from the same
-// loads. Sync loop only.
-func (k *keyState) markSpent() uint32 {
-	set := k.stripes.Load()
-	if set == nil {
-		return spentOf(k.word.Load()) + k.folded
+// markSpent reads the key's spent for a sync, and each stripe's, from the
+// same loads, and extends it to 64 bits: it returns spent in full and the
+// words' sum as wrapped, which grant takes. Sync loop only.
+func (k *keyState) markSpent() (spent int64, raw uint32) {
+	extra := k.extra.Load()
+	if set := k.stripes.Load(); set == nil {
+		raw = spentOf(k.word.Load()) + k.folded
+	} else {
+		raw = k.folded
+		for i := range set.s0 {
+			s := spentOf(k.wordAt(set, i).Load())
+			set.s0[i] = s
+			raw += s
+		}
 	}
-	total := k.folded
-	for i := range set.s0 {
-		s := spentOf(k.wordAt(set, i).Load())
-		set.s0[i] = s
-		total += s
-	}
-	return total
+	k.total, k.wordSeen = k.extend(raw), raw
+	return k.total + extra, raw
 }
 
 // grantStriped installs a lease over the stripes: what the key has spent

@@ -31,7 +31,8 @@ type syncState struct {
 
 // mark is what a sync read from a key's counters when it started.
 type mark struct {
-	s0      uint32 // spent
+	s0      int64  // spent, in full
+	raw     uint32 // the words' spent, wrapping, as grant takes it
 	refused uint64
 }
 
@@ -97,6 +98,7 @@ func (l *Limiter) forget(k *keyState) {
 	k.retired.Store(true)
 	if l.keys.CompareAndDelete(k.key, k) {
 		l.nkeys.Add(-1)
+		l.keyForgotten(k)
 	}
 }
 
@@ -144,12 +146,13 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 	s := &l.syncs
 	s.marks = s.marks[:0]
 	for _, k := range batch {
-		m := mark{s0: k.markSpent(), refused: k.refused.Load()}
+		m := mark{refused: k.refused.Load()}
+		m.s0, m.raw = k.markSpent()
 		l.forecast(k, now, m)
 		k.roll(now, m.s0)
 		k.requested = 0
 		if how != closing {
-			k.requested = l.demand(k, now, int64(max(0, int32(m.s0-k.granted))))
+			k.requested = l.demand(k, now, max(0, m.s0-k.granted))
 		}
 		if k.requested > 0 {
 			k.syncs++
@@ -187,9 +190,12 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 		for j, k := range batch {
 			if g := &resp.Grants[j]; errors.Is(g.Err, errUnsettled) {
 				continue // reported again next time
-			} else if g.Err != nil || int32(s.marks[j].s0-k.reported[i]) > 0 {
-				// A report the fleet refused would be refused again:
-				// it is dropped.
+			} else if g.Err != nil {
+				// Refused for this key alone: reported again next
+				// time, as after an outage, until it is taken or too
+				// old to count.
+				k.forgetStale(i)
+			} else if s.marks[j].s0 > k.reported[i] {
 				k.reported[i] = s.marks[j].s0
 			}
 		}
@@ -235,7 +241,7 @@ func (l *Limiter) wall(t int64) time.Time { return l.epoch.Add(time.Duration(t))
 // average of the requests offered (admitted or not) per second, with a
 // time constant of two intervals.
 func (l *Limiter) forecast(k *keyState, now int64, m mark) {
-	offered := float64(int32(m.s0-k.spentSeen)) + float64(m.refused-k.refusedSeen)
+	offered := float64(m.s0-k.spentSeen) + float64(m.refused-k.refusedSeen)
 	k.spentSeen, k.refusedSeen = m.s0, m.refused
 	dt := now - k.forecastAt
 	if dt <= 0 {
@@ -322,8 +328,12 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	elapsed := min(now-k.lastSync, 2*int64(l.cfg.Interval))
 	k.lastSync = now
 	if g.Err != nil {
-		return // the key spends only what it holds
+		if !errors.Is(g.Err, errUnsettled) {
+			l.keyFailed(k, g.Err) // past what it holds, the FailMode decides
+		}
+		return
 	}
+	l.keyAnswered(k)
 	lease := max(0, min(g.Lease, maxAllowance))
 	if factor < 1 {
 		// The ladder cuts the node's share, not its demand: what it may
@@ -341,7 +351,7 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	if !closing && !k.capped && lease > 0 && lease >= k.requested {
 		low = max(1, lease/4)
 	}
-	k.grant(m.s0, lease, low)
+	k.grant(m.raw, lease, low)
 	k.low.Store(low)
 	k.granted = m.s0
 	if !closing {
@@ -508,6 +518,7 @@ func (l *Limiter) earlyBatch(ctx context.Context, first *keyState) error {
 // if the fleet were unreachable. Close is safe to call more than once.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
+		l.closed.Store(true)
 		l.cancel()
 		if l.done != nil {
 			<-l.done

@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/local"
@@ -16,35 +17,59 @@ import (
 // not time slots: their Reservation is OK only when the tokens were taken
 // now (Delay zero); otherwise it holds nothing and Delay says when to try
 // again.
+//
+// A Reservation is safe for concurrent use. Its methods accept a nil
+// *Reservation, which holds nothing.
 type Reservation struct {
 	ok    bool
 	delay time.Duration
 	local local.Reservation
 	k     *keyState // Hybrid: the lease to give back to on Cancel
 	n     int64
+	done  atomic.Bool // Cancel has run: a second gives nothing back
 	d     Decision
 	isD   bool
 }
 
+// refusedReservation is the Reservation that comes with an error: it
+// holds nothing and cannot be acted on.
+func refusedReservation(d Decision) *Reservation {
+	return &Reservation{delay: Never, d: d, isD: true}
+}
+
 // OK reports whether the reservation holds its tokens.
-func (r Reservation) OK() bool { return r.ok }
+func (r *Reservation) OK() bool { return r != nil && r.ok }
 
 // Delay is how long to wait before acting on an OK reservation, or before
 // trying again after one that is not OK (Never if it never can be).
-func (r Reservation) Delay() time.Duration { return r.delay }
+func (r *Reservation) Delay() time.Duration {
+	if r == nil {
+		return Never
+	}
+	return r.delay
+}
 
 // Decision is the decision that took (or refused) a Hybrid or Strict
 // reservation's tokens, with the fleet's remaining quota and reset; ok is
 // false for a Local policy's reservation, which books time, not a
 // decision.
-func (r Reservation) Decision() (d Decision, ok bool) { return r.d, r.isD }
+func (r *Reservation) Decision() (d Decision, ok bool) {
+	if r == nil {
+		return refusedDecision(Never), false
+	}
+	return r.d, r.isD
+}
 
 // Cancel gives the tokens back, when that is still possible: a Local
 // policy's reservation as local.Reservation.Cancel does, a Hybrid
-// reservation to this node's lease. A Strict decision cannot be taken back.
-func (r Reservation) Cancel() {
+// reservation to this node's lease. A Strict decision cannot be taken
+// back. Cancel gives back at most once, however often it is called; a
+// reservation of a cost of zero or less holds nothing and gives nothing.
+func (r *Reservation) Cancel() {
+	if !r.OK() || r.done.Load() || !r.done.CompareAndSwap(false, true) {
+		return
+	}
 	switch {
-	case !r.ok:
 	case r.k != nil:
 		r.k.give(r.n)
 	default:
@@ -53,18 +78,21 @@ func (r Reservation) Cancel() {
 }
 
 // Reserve is shorthand for ReserveN(key, 1).
-func (l *Limiter) Reserve(key string) (Reservation, error) { return l.ReserveN(key, 1) }
+func (l *Limiter) Reserve(key string) (*Reservation, error) { return l.ReserveN(key, 1) }
 
 // ReserveN takes n tokens for key, to be used after the Reservation's
-// Delay, or given back with Cancel.
-func (l *Limiter) ReserveN(key string, n int) (Reservation, error) {
+// Delay, or given back with Cancel. On error the Reservation is not OK.
+func (l *Limiter) ReserveN(key string, n int) (*Reservation, error) {
 	k, err := l.state(key)
 	if err != nil {
-		return Reservation{}, err
+		return refusedReservation(l.errDecision(err)), err
 	}
 	if k.pol.Mode == Local {
 		r, err := k.pol.local.ReserveNAt(k.key, l.clk.Now(), n, Never)
-		return Reservation{ok: r.OK(), delay: r.Delay(), local: r}, err
+		if err != nil {
+			return refusedReservation(l.errDecision(err)), err
+		}
+		return &Reservation{ok: r.OK(), delay: r.Delay(), local: r}, nil
 	}
 	return l.taken(k, n)
 }
@@ -75,11 +103,12 @@ func (l *Limiter) ReserveN(key string, n int) (Reservation, error) {
 // where that can be done: a Hybrid lease, and a Local token bucket if no
 // other request has taken from the key since. A Strict decision, or a
 // Local window or log, cannot be taken back. It is how httplimit applies
-// several limits to one request, all or nothing.
-func (l *Limiter) TakeN(key string, n int) (Reservation, error) {
+// several limits to one request, all or nothing. On error the
+// Reservation is not OK.
+func (l *Limiter) TakeN(key string, n int) (*Reservation, error) {
 	k, err := l.state(key)
 	if err != nil {
-		return Reservation{}, err
+		return refusedReservation(l.errDecision(err)), err
 	}
 	if k.pol.Mode != Local {
 		return l.taken(k, n)
@@ -88,12 +117,15 @@ func (l *Limiter) TakeN(key string, n int) (Reservation, error) {
 	if k.pol.Algorithm == local.TokenBucket {
 		if r, err := k.pol.local.ReserveNAt(k.key, at, n, 0); err == nil && r.OK() {
 			res, err := k.pol.local.AllowNAt(k.key, at, 0) // what is left, for the Decision
-			return Reservation{ok: true, local: r, d: fromLocal(res, false), isD: true}, err
+			return &Reservation{ok: true, local: r, d: fromLocal(res, false), isD: true}, err
 		}
 	}
 	res, err := k.pol.local.AllowNAt(k.key, at, n)
+	if err != nil {
+		return refusedReservation(l.errDecision(err)), err
+	}
 	d := fromLocal(res, false)
-	return Reservation{ok: d.Allowed(), delay: d.RetryAfter(), d: d, isD: true}, err
+	return &Reservation{ok: d.Allowed(), delay: d.RetryAfter(), d: d, isD: true}, nil
 }
 
 // state returns key's state, resolving a key seen for the first time.
@@ -108,14 +140,15 @@ func (l *Limiter) state(key string) (*keyState, error) {
 	}
 }
 
-// taken decides n for a Hybrid or Strict key now.
-func (l *Limiter) taken(k *keyState, n int) (Reservation, error) {
+// taken decides n for a Hybrid or Strict key now. Only a Hybrid take of
+// a positive cost from the lease can be given back.
+func (l *Limiter) taken(k *keyState, n int) (*Reservation, error) {
 	d, err := l.decide(k, noTime, int64(n))
 	if err != nil {
-		return Reservation{}, err
+		return refusedReservation(d), err
 	}
-	r := Reservation{ok: d.Allowed(), delay: d.RetryAfter(), d: d, isD: true}
-	if r.ok && k.pol.Mode == Hybrid && !d.Degraded() {
+	r := &Reservation{ok: d.Allowed(), delay: d.RetryAfter(), d: d, isD: true}
+	if r.ok && k.pol.Mode == Hybrid && !d.Degraded() && n > 0 {
 		r.k, r.n = k, int64(n)
 	}
 	return r, nil
@@ -129,6 +162,9 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // are admitted.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 	for {
+		if err := ctx.Err(); err != nil {
+			return err // as golang.org/x/time/rate: a done context takes nothing
+		}
 		v, ok := l.keys.Load(key)
 		if ok && v.(*keyState).pol.Mode == Local {
 			return v.(*keyState).pol.local.WaitN(ctx, key, n)

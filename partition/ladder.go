@@ -123,6 +123,16 @@ type Health struct {
 	Since time.Duration
 	// Factor is the ladder's factor in force: 1 while Healthy.
 	Factor float64
+
+	// FailingKeys is how many keys the fleet, though reachable, answered
+	// with an error at their last sync or decision (a value in the store
+	// that no node could have written, a key the store refuses): they
+	// follow their policy's FailMode until it answers them again. A
+	// Ladder leaves it zero; hybrid.Limiter fills it in.
+	FailingKeys int
+	// KeyError is the last error the fleet answered a key with, nil if
+	// none has been since the Limiter started.
+	KeyError error
 }
 
 // Health is the health of a node whose fleet has been out of reach for

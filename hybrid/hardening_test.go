@@ -1,0 +1,238 @@
+package hybrid_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+)
+
+// fixedLease is a fleet that grants every key lease tokens at each sync,
+// whatever it asked for, and records what was reported consumed.
+func fixedLease(lease int64) (syncFunc, *int64) {
+	consumed := new(int64)
+	return func(_ context.Context, req *global.Request) (*global.Response, error) {
+		resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+		for i, u := range req.Keys {
+			*consumed += u.Consumed
+			resp.Grants[i] = global.Grant{Lease: lease, TTL: time.Hour, Remaining: 0, Nodes: 1, Weight: 1}
+		}
+		return resp, nil
+	}, consumed
+}
+
+// drainKey admits key until refused and returns how many were admitted.
+func drainKey(t *testing.T, l *hybrid.Limiter, key string) int {
+	t.Helper()
+	n := 0
+	for ; n < 1_000_000; n++ {
+		d, err := l.Allow(key)
+		require.NoError(t, err)
+		if !d.Allowed() {
+			return n
+		}
+	}
+	t.Fatalf("key %q was never refused", key)
+	return n
+}
+
+// TestCancelCannotMint checks that no sequence of TakeN, ReserveN and
+// Cancel lets a node admit more than its lease: Cancel gives back once,
+// and a cost of zero or less takes and gives back nothing. Before the
+// fix, one TakeN and 1,000 Cancels admitted 1,099 against a lease of 100,
+// and TakeN(-50) with a Cancel raised the allowance past 4 billion.
+func TestCancelCannotMint(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		take func(l *hybrid.Limiter) (*hybrid.Reservation, error)
+	}{
+		{"TakeN(1)", func(l *hybrid.Limiter) (*hybrid.Reservation, error) { return l.TakeN("k", 1) }},
+		{"ReserveN(1)", func(l *hybrid.Limiter) (*hybrid.Reservation, error) { return l.ReserveN("k", 1) }},
+		{"TakeN(-50)", func(l *hybrid.Limiter) (*hybrid.Reservation, error) { return l.TakeN("k", -50) }},
+		{"TakeN(0)", func(l *hybrid.Limiter) (*hybrid.Reservation, error) { return l.TakeN("k", 0) }},
+		{"ReserveN(MinInt32)", func(l *hybrid.Limiter) (*hybrid.Reservation, error) { return l.ReserveN("k", -1<<31) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, consumed := fixedLease(100)
+			l, clk := stepped(t, s, global.DemandWeighted)
+			_, err := l.Allow("k") // the starter credit
+			require.NoError(t, err)
+			clk.Advance(10 * time.Millisecond)
+			require.NoError(t, l.SyncOnce(context.Background()))
+
+			r, err := tc.take(l)
+			require.NoError(t, err)
+			for range 1000 {
+				r.Cancel()
+			}
+			admitted := drainKey(t, l, "k")
+			assert.LessOrEqual(t, admitted, 100, "admitted from a lease of 100")
+			clk.Advance(100 * time.Millisecond)
+			require.NoError(t, l.SyncOnce(context.Background()))
+			assert.GreaterOrEqual(t, *consumed, int64(1+admitted), "every admission is reported")
+		})
+	}
+}
+
+// TestErrorRefuses checks that a call that fails comes with a refusing
+// Decision or Reservation, so that `if err == nil && !d.Allowed()`
+// cannot admit a request the Limiter could not decide.
+func TestErrorRefuses(t *testing.T) {
+	t.Parallel()
+	l, _ := manual(t, hybrid.Config{MaxKeyLen: 8, Policies: []hybrid.Policy{
+		{Name: "api", Prefix: "api:", Mode: hybrid.Local, Limit: 10, Window: time.Second},
+	}})
+	for _, key := range []string{"api:much-too-long", "other"} {
+		d, err := l.Allow(key)
+		require.Error(t, err, key)
+		assert.False(t, d.Allowed(), "Allow(%q) failed with %v but its Decision admits", key, err)
+		d, err = l.AllowN(key, 1)
+		require.Error(t, err)
+		assert.False(t, d.Allowed())
+		r, err := l.TakeN(key, 1)
+		require.Error(t, err)
+		require.NotNil(t, r)
+		assert.False(t, r.OK())
+		r.Cancel()
+		r, err = l.ReserveN(key, 1)
+		require.Error(t, err)
+		require.NotNil(t, r)
+		assert.False(t, r.OK())
+	}
+}
+
+// TestWaitHonoursDoneContext checks that Wait returns the context's error
+// when the context is already done, even if the request could be
+// admitted at once, as golang.org/x/time/rate does, and takes nothing.
+func TestWaitHonoursDoneContext(t *testing.T) {
+	t.Parallel()
+	s, _ := fixedLease(100)
+	l, clk := stepped(t, s, global.DemandWeighted,
+		hybrid.Policy{Name: "h", Prefix: "h:", Limit: 1000, Window: time.Second},
+		hybrid.Policy{Name: "l", Prefix: "l:", Mode: hybrid.Local, Limit: 1000, Window: time.Second})
+	_, err := l.Allow("h:k")
+	require.NoError(t, err)
+	clk.Advance(10 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(context.Background()))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, key := range []string{"h:k", "l:k"} {
+		before := drainKeyDry(t, l, key)
+		require.ErrorIs(t, l.Wait(ctx, key), context.Canceled, key)
+		assert.Equal(t, before, drainKeyDry(t, l, key), "%s: Wait on a done context took tokens", key)
+	}
+}
+
+// drainKeyDry is what key has left, read with a cost of 0.
+func drainKeyDry(t *testing.T, l *hybrid.Limiter, key string) int64 {
+	t.Helper()
+	d, err := l.AllowN(key, 0)
+	require.NoError(t, err)
+	return d.Remaining()
+}
+
+// TestClosedLimiterFollowsFailMode checks that after Close a key seen for
+// the first time is decided by its policy's FailMode, as an unreachable
+// fleet's would be, not from a starter credit the fleet never granted.
+func TestClosedLimiterFollowsFailMode(t *testing.T) {
+	t.Parallel()
+	s, _ := fixedLease(100)
+	l, _ := stepped(t, s, global.DemandWeighted,
+		hybrid.Policy{Name: "closed", Prefix: "c:", Limit: 1000, Window: time.Second, OnUnreachable: hybrid.FailClosed})
+	require.NoError(t, l.Close())
+	d, err := l.Allow("c:new")
+	require.NoError(t, err)
+	assert.False(t, d.Allowed(), "a FailClosed key after Close")
+	assert.True(t, d.Degraded())
+}
+
+// strictAnswer is a Strict store that answers every decision with d.
+type strictAnswer struct {
+	*scripted
+	d global.Decision
+}
+
+func (s *strictAnswer) Allow(context.Context, string, global.Limit, int64) (global.Decision, error) {
+	return s.d, nil
+}
+
+// TestStrictReadsAllowed checks that a Strict decision the store refused
+// is refused, whatever its RetryAfter says: a store that answers
+// Allowed false with RetryAfter 0 (a corrupt value read back) must not
+// admit.
+func TestStrictReadsAllowed(t *testing.T) {
+	t.Parallel()
+	s := &strictAnswer{scripted: newScripted(0), d: global.Decision{Allowed: false}}
+	l, _ := manual(t, hybrid.Config{Syncer: s, Policies: []hybrid.Policy{
+		{Name: "strict", Mode: hybrid.Strict, Limit: 100, Window: time.Second},
+	}})
+	d, err := l.Allow("k")
+	require.NoError(t, err)
+	assert.False(t, d.Allowed())
+	assert.Positive(t, d.RetryAfter())
+}
+
+// TestTypedNilSyncer checks that New refuses a Syncer interface holding a
+// nil pointer, as NewRedis returns with its error, instead of panicking
+// in the first background sync.
+func TestTypedNilSyncer(t *testing.T) {
+	t.Parallel()
+	var r *global.Redis
+	_, err := hybrid.New(hybrid.Config{Syncer: r, Policies: []hybrid.Policy{{Name: "p", Limit: 1, Window: time.Second}}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "Config.Syncer")
+	_, err = hybrid.New(hybrid.Config{Syncer: newScripted(0), Failover: r, Policies: []hybrid.Policy{{Name: "p", Limit: 1, Window: time.Second}}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "Config.Failover")
+}
+
+// TestLargeCostsCounted checks that every cost a policy accepts is
+// reported to the fleet exactly, however much is admitted between two
+// syncs: three FailOpen admissions of the largest capacity during an
+// outage (over 6 billion) reach the fleet in full once it is back. Before
+// the fix, spending went through a 32-bit counter read as int32, and
+// whatever passed 2^31 between two reports was never reported.
+func TestLargeCostsCounted(t *testing.T) {
+	t.Parallel()
+	const capacity = 1<<31 - 1
+	s := newScripted(0, "k")
+	l, clk := stepped(t, s, global.DemandWeighted,
+		hybrid.Policy{Name: "open", Rate: 1e6, Burst: capacity, OnUnreachable: hybrid.FailOpen})
+	ctx := context.Background()
+	_, err := l.AllowN("k", 0)
+	require.NoError(t, err)
+	s.set(errDown, 1)
+	require.Error(t, l.SyncOnce(ctx))
+	for range 3 {
+		d, err := l.AllowN("k", capacity)
+		require.NoError(t, err)
+		require.True(t, d.Allowed())
+		require.True(t, d.Degraded())
+	}
+	s.set(nil, 1)
+	clk.Advance(100 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(ctx))
+	assert.Equal(t, int64(3*capacity), s.consumed("k"))
+
+	_, err = hybrid.New(hybrid.Config{Syncer: s, Policies: []hybrid.Policy{{Name: "big", Rate: 1e6, Burst: capacity + 1}}})
+	require.ErrorContains(t, err, "Burst is 2147483648")
+}
+
+// TestCapacityErrorNamesField checks that a capacity too large for a
+// Hybrid policy is refused naming the field the user set.
+func TestCapacityErrorNamesField(t *testing.T) {
+	t.Parallel()
+	s := newScripted(0)
+	_, err := hybrid.New(hybrid.Config{Syncer: s, Policies: []hybrid.Policy{{Name: "p", Limit: math.MaxInt64, Window: time.Second}}})
+	require.ErrorContains(t, err, "Limit is 9223372036854775807")
+	_, err = hybrid.New(hybrid.Config{Syncer: s, Policies: []hybrid.Policy{{Name: "p", Limit: 10, Burst: 1 << 40, Window: time.Second}}})
+	require.ErrorContains(t, err, "Burst is 1099511627776")
+}
