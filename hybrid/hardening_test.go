@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -235,4 +236,51 @@ func TestCapacityErrorNamesField(t *testing.T) {
 	require.ErrorContains(t, err, "Limit is 9223372036854775807")
 	_, err = hybrid.New(hybrid.Config{Syncer: s, Policies: []hybrid.Policy{{Name: "p", Limit: 10, Burst: 1 << 40, Window: time.Second}}})
 	require.ErrorContains(t, err, "Burst is 1099511627776")
+}
+
+// TestFallbackStartsFromShare checks that when the fleet is lost, the
+// fail-static bucket starts from this node's share of what the fleet had
+// left at the last sync, not from a full burst, on the real clock, whose
+// reads move between the bucket's creation and its first drain. Before
+// the fix the drain was dated before the bucket and often refused, so the
+// bucket started full.
+func TestFallbackStartsFromShare(t *testing.T) {
+	t.Parallel()
+	const keys = 1000
+	down := false
+	s := syncFunc(func(_ context.Context, req *global.Request) (*global.Response, error) {
+		if down {
+			return nil, errDown
+		}
+		resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+		for i := range req.Keys {
+			resp.Grants[i] = global.Grant{Lease: 0, TTL: time.Millisecond, Remaining: 0, Used: 100, Nodes: 4, Weight: 0.25}
+		}
+		return resp, nil
+	})
+	l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: s, ManualSync: true, MaxKeys: 2 * keys,
+		Policies: []hybrid.Policy{{Name: "p", Limit: 100, Window: time.Second}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	ctx := context.Background()
+	for i := range keys {
+		_, err = l.AllowN(fmt.Sprint("k", i), 1) // spends the starter credit
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.SyncOnce(ctx))
+	down = true
+	time.Sleep(2 * time.Millisecond) // the leases' TTL
+	require.Error(t, l.SyncOnce(ctx))
+	admitted := 0
+	for i := range keys {
+		// The fleet had nothing left: the node's bucket starts empty and
+		// refills at a quarter of 100/s, a token every 40ms.
+		d, err := l.Allow(fmt.Sprint("k", i))
+		require.NoError(t, err)
+		require.True(t, d.Degraded())
+		if d.Allowed() {
+			admitted++
+		}
+	}
+	assert.LessOrEqual(t, admitted, keys/100, "keys whose fallback started with tokens the fleet did not have")
 }

@@ -443,7 +443,10 @@ func (l *Limiter) sizeFallback(k *keyState, now int64) {
 	}
 	_ = k.pol.local.SetLimit(k.key, limit, burst) // the key passed MaxKeyLen and the policy checks
 	if drain := full - keep; keep >= 0 && drain > 0 {
-		_, _ = k.pol.local.AllowNAt(k.key, at, int(drain))
+		// SetLimit dated the new bucket by the clock, after now: a
+		// drain dated now would be before the bucket and refused,
+		// leaving it full. It is dated after the bucket instead.
+		_, _ = k.pol.local.AllowNAt(k.key, l.clk.Now(), int(drain))
 	}
 }
 
