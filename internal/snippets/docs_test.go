@@ -1,0 +1,62 @@
+package snippets
+
+import (
+	"log"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/gossip"
+	"github.com/hybridlimit/hybridlimit/httplimit"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/partition"
+)
+
+// The snippets of docs/, each in a function that declares what it takes
+// from around it. They are compiled, not run.
+
+// docs/gossip.md
+func docsGossip(key []byte, policies []hybrid.Policy) error {
+	g, err := gossip.New(gossip.Config{
+		Name:      "api-7",                   // unique in the fleet; default host name + random suffix
+		BindPort:  7946,                      // 0 picks a free port; g.Addr() reports it
+		Seeds:     []string{"10.0.0.5:7946"}, // any members; re-joined every RejoinInterval
+		SecretKey: key,                       // 16, 24 or 32 bytes: AES-GCM on every packet and stream
+		Label:     "prod-api",                // a node with another label is refused
+	})
+	limiter, err := hybrid.New(hybrid.Config{Node: g.Name(), Syncer: g, Policies: policies})
+	defer g.Close()       // second: says goodbye, so the others take this node's share at once
+	defer limiter.Close() // first: reports the last consumption
+	return err
+}
+
+// docs/http.md
+func docsHTTP(limiter *hybrid.Limiter, loadBalancers []netip.Prefix, mux *http.ServeMux) {
+	limit, err := httplimit.New(httplimit.Config{
+		Limiter: limiter, // a *hybrid.Limiter with Policies "key:" and "ip:"
+		Limits: []httplimit.Limit{ // named after the Limiter's policies, whose Prefix and Window they take
+			{Name: "key", Key: httplimit.Header("X-API-Key")},
+			{Name: "ip", Key: httplimit.IP(loadBalancers...)},
+		},
+	})
+	if err != nil {
+		log.Fatal(err) // names the field at fault
+	}
+	http.ListenAndServe(":8080", limit(mux))
+}
+
+// docs/partitions.md
+func docsPartitions() hybrid.Config {
+	return hybrid.Config{
+		Ladder: partition.LadderConfig{
+			Steps: []partition.Step{
+				{Until: 10 * time.Second, Factor: 1}, // ride out short blips at full share
+				{Until: 2 * time.Minute, Factor: 0.5},
+				{Factor: 0.2}, // the last step's Until is 0: for ever
+			},
+			Floor: 0.1, // no step below a tenth of the share
+		},
+	}
+}
+
+var _ = []any{docsGossip, docsHTTP, docsPartitions}
