@@ -92,6 +92,7 @@ type Limiter struct {
 	policies []*policy // longest Prefix first
 	byName   map[string]*policy
 	strict   StrictDecider
+	charger  StrictCharger // nil: Strict admissions without the store are not charged to it
 	dir      ShardDirectory      // nil: Strict keys are not sharded
 	ldir     LeaseShardDirectory // nil: Hybrid keys never lease from shards
 
@@ -138,6 +139,9 @@ func New(cfg Config) (*Limiter, error) {
 		early:  make(chan *keyState, 256),
 	}
 	l.strict, _ = cfg.Syncer.(StrictDecider)
+	if l.strict != nil {
+		l.charger, _ = cfg.Syncer.(StrictCharger)
+	}
 	l.nodesHint.Store(int64(cfg.FleetSize))
 	l.ladder, _ = partition.NewLadder(cfg.Ladder) // validated by withDefaults
 	l.factor.Store(math.Float64bits(1))

@@ -26,6 +26,8 @@ type syncState struct {
 	lastHot   int64       // when the hot-key sketch was last read
 	sharded   []*keyState // Strict keys sharded in Redis
 	consumed  []int64     // callLeases: each batch key's unreported consumption
+	owed      []*keyState // Strict keys with admissions to charge to the store
+	probe     *keyState   // a Strict key, to probe the store's breaker with
 	targets   []target    // callLeases: what each Usage of a request is for
 }
 
@@ -54,7 +56,9 @@ func (l *Limiter) SyncOnce(ctx context.Context) error {
 	l.shardHot(ctx, now)
 	batch := l.collect(now)
 	l.tendLeaseShards(ctx, now, batch)
-	return l.syncBatch(ctx, now, batch, regular)
+	err := l.syncBatch(ctx, now, batch, regular)
+	l.chargeStrict(ctx, l.now(), l.syncs.owed, l.syncs.probe, len(batch) > 0)
+	return err
 }
 
 // syncKind is why a batch is synced.
@@ -74,12 +78,19 @@ func (l *Limiter) collect(now int64) []*keyState {
 	if sweep {
 		s.lastSweep = now
 	}
-	s.batch = s.batch[:0]
+	s.batch, s.owed, s.probe = s.batch[:0], s.owed[:0], nil
 	l.keys.Range(func(_, v any) bool {
 		k := v.(*keyState)
 		if k.pol.Mode == Hybrid {
 			s.batch = append(s.batch, k)
 			return true
+		}
+		if k.pol.Mode == Strict {
+			k.roll(now, k.extra.Load())
+			if k.owes() {
+				s.owed = append(s.owed, k)
+			}
+			s.probe = k
 		}
 		if k.shards.Load() != nil {
 			l.list(k) // put on the shards by a decision: watch for the merge
@@ -105,7 +116,7 @@ func (l *Limiter) forget(k *keyState) {
 // sweepOther forgets a Local or Strict key unused since the last sweep,
 // and starts a new period for one that was used.
 func (l *Limiter) sweepOther(k *keyState) {
-	if !k.touched.Load() {
+	if !k.touched.Load() && (k.pol.Mode != Strict || !k.owes()) {
 		l.forget(k)
 		return
 	}
