@@ -92,7 +92,7 @@ type Limiter struct {
 	policies []*policy // longest Prefix first
 	byName   map[string]*policy
 	strict   StrictDecider
-	charger  StrictCharger // nil: Strict admissions without the store are not charged to it
+	charger  StrictCharger       // nil: Strict admissions without the store are not charged to it
 	dir      ShardDirectory      // nil: Strict keys are not sharded
 	ldir     LeaseShardDirectory // nil: Hybrid keys never lease from shards
 
