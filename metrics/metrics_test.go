@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,9 @@ func TestCollector(t *testing.T) {
 		step(500) // 5,000/s
 	}
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP hybridlimit_failing_keys Keys the fleet answered with an error; they follow their policy's FailMode.
+# TYPE hybridlimit_failing_keys gauge
+hybridlimit_failing_keys 0
 # HELP hybridlimit_health Link to the fleet: 0 healthy, 1 degraded, 2 emergency.
 # TYPE hybridlimit_health gauge
 hybridlimit_health 0
@@ -65,7 +69,7 @@ hybridlimit_keys 2
 # HELP hybridlimit_ladder_factor Part of its share the node may spend: 1 while healthy, less while cut off.
 # TYPE hybridlimit_ladder_factor gauge
 hybridlimit_ladder_factor 1
-`), "hybridlimit_health", "hybridlimit_hot_key_stripes", "hybridlimit_keys", "hybridlimit_ladder_factor"))
+`), "hybridlimit_failing_keys", "hybridlimit_health", "hybridlimit_hot_key_stripes", "hybridlimit_keys", "hybridlimit_ladder_factor"))
 	require.InDelta(t, 5000, value(t, reg, "hybridlimit_hot_key_rate"), 1000, "the rate offered, estimated")
 
 	for range 20 {
@@ -127,4 +131,33 @@ func TestCollectorShards(t *testing.T) {
 # TYPE hybridlimit_hot_key_shards gauge
 hybridlimit_hot_key_shards{key="tenant-big"} 4
 `), "hybridlimit_hot_key_shards"))
+}
+
+// refusing is a fleet that answers every key with an error of its own.
+type refusing struct{}
+
+func (refusing) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
+	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+	for i := range req.Keys {
+		resp.Grants[i].Err = fmt.Errorf("%w: WRONGTYPE", global.ErrInvalid)
+	}
+	return resp, nil
+}
+
+// TestCollectorFailingKeys checks that a key the fleet answers with an
+// error shows in hybridlimit_failing_keys.
+func TestCollectorFailingKeys(t *testing.T) {
+	t.Parallel()
+	l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: refusing{}, ManualSync: true,
+		Policies: []hybrid.Policy{{Name: "api", Limit: 100, Window: time.Second}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewCollector(l))
+	for _, key := range []string{"a", "b"} {
+		_, err := l.Allow(key)
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.SyncOnce(context.Background()))
+	require.Equal(t, 2.0, value(t, reg, "hybridlimit_failing_keys"))
 }
