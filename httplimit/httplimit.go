@@ -10,16 +10,16 @@
 package httplimit
 
 import (
-	"encoding/json"
 	"fmt"
+	"log"
 	"math"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // Headers is which rate-limit header fields responses carry.
@@ -50,16 +50,32 @@ type Limit struct {
 	// Prefix is put before the key, so that it matches the Limiter's
 	// Policy for this limit: "ip:", say, for a Policy with that Prefix.
 	// Default: the Prefix of the Limiter's Policy named Name, if any.
+	// New refuses a Prefix no policy matches, and one that another Limit
+	// uses: the two would spend each other's quotas.
 	Prefix string
 
 	// Window is shown to clients as the quota's window (w=). Default: the
-	// Window of the Limiter's Policy named Name (for a Rate policy, the
-	// time to fill its Burst). Required otherwise, unless Config.Headers
-	// is NoHeaders.
+	// Window of the Limiter's Policy that Prefix matches (for a Rate
+	// policy, the time to fill its Burst). Required otherwise, unless
+	// Config.Headers is NoHeaders.
 	Window time.Duration
 
-	// Cost, if set, is what a request costs; default 1.
+	// Cost, if set, is what a request costs; default 1. A cost of 0
+	// takes nothing. A negative cost, such as r.ContentLength for a
+	// request that does not declare its length, is never admitted: the
+	// request goes to Config.OnError with ErrNegativeCost, which the
+	// default answers with 411 Length Required when r.ContentLength is
+	// -1. A cost above what the policy can ever hold is answered with 413
+	// Content Too Large, which retrying cannot change.
 	Cost func(r *http.Request) int
+
+	// HashKeys, if set, hands the Limiter a SHA-256 digest of the key (22
+	// characters after Prefix) in place of the key: a key of any length
+	// fits the Limiter's MaxKeyLen, and keys a client sends (API keys,
+	// tokens) are not kept as written in memory, in Redis or in
+	// Limiter.HotKeys. Without it, a key longer than MaxKeyLen less
+	// Prefix is refused, with 400 by default.
+	HashKeys bool
 }
 
 // Config describes the middleware.
@@ -83,9 +99,15 @@ type Config struct {
 	UnavailableWhenDegraded bool
 
 	// OnError answers a request that could not be keyed or decided: a
-	// KeyFunc failed, or the Limiter refused the key (too long, no
-	// policy, too many keys). Default: 500 with a problem+json body.
+	// KeyFunc failed, a Cost was negative, or the Limiter refused the key
+	// (too long, too many keys). err names the limit and wraps the
+	// cause. Default: WriteError, which answers the client's errors with
+	// a 4xx, and logs to ErrorLog what it answers with a 5xx.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
+
+	// ErrorLog logs the errors the default OnError answers with a 5xx.
+	// Default: the log package's standard logger.
+	ErrorLog *log.Logger
 }
 
 var tokenName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
@@ -101,46 +123,58 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	case cfg.Headers < DraftHeaders || cfg.Headers > NoHeaders:
 		return nil, fmt.Errorf("httplimit: Config.Headers %d is not a known set", int(cfg.Headers))
 	}
-	cfg.Limits = append([]Limit(nil), cfg.Limits...)
-	policies := map[string]hybrid.Policy{}
-	for _, p := range cfg.Limiter.Config().Policies {
-		policies[p.Name] = p
-	}
-	seen := map[string]bool{}
-	for i := range cfg.Limits {
-		l := &cfg.Limits[i]
-		if p, ok := policies[l.Name]; ok {
-			if l.Prefix == "" {
-				l.Prefix = p.Prefix
-			}
-			if l.Window == 0 {
-				l.Window = p.Window
-				if p.Rate > 0 {
-					l.Window = time.Duration(float64(p.Burst) / p.Rate * float64(time.Second))
-				}
-			}
-		}
+	lc := cfg.Limiter.Config()
+	h := handler{cfg: cfg, limits: make([]limit, len(cfg.Limits))}
+	names, prefixes := map[string]bool{}, map[string]int{}
+	for i, l := range cfg.Limits {
 		at := fmt.Sprintf("httplimit: Config.Limits[%d]", i)
 		switch {
 		case !tokenName.MatchString(l.Name):
 			return nil, fmt.Errorf("%s: Name %q must be letters, digits, '-', '_' or '.'", at, l.Name)
-		case seen[l.Name]:
+		case names[l.Name]:
 			return nil, fmt.Errorf("%s: Name %q is used twice", at, l.Name)
 		case l.Key == nil:
 			return nil, fmt.Errorf("%s (%q): Key is nil", at, l.Name)
+		}
+		names[l.Name] = true
+		at += fmt.Sprintf(" (%q)", l.Name)
+		if l.Prefix == "" {
+			if p, ok := named(lc.Policies, l.Name); ok {
+				l.Prefix = p.Prefix
+			}
+		}
+		if j, ok := prefixes[l.Prefix]; ok {
+			return nil, fmt.Errorf("%s: Prefix %q is also Limits[%d]'s; the two limits would spend each other's quotas", at, l.Prefix, j)
+		}
+		prefixes[l.Prefix] = i
+		pol, ok := resolve(lc.Policies, l.Prefix)
+		if !ok && lc.Resolve == nil {
+			return nil, fmt.Errorf("%s: no policy of the Limiter matches Prefix %q, so every request would fail; add a hybrid.Policy with that Prefix, or name the Limit after one: %w", at, l.Prefix, hybrid.ErrNoPolicy)
+		}
+		if !ok {
+			// Config.Resolve picks policies by key, which cannot be
+			// probed here; the named policy is the best guess.
+			pol, ok = named(lc.Policies, l.Name)
+		}
+		if l.Window == 0 && ok {
+			l.Window = pol.Window
+			if pol.Rate > 0 {
+				l.Window = time.Duration(float64(pol.Burst) / pol.Rate * float64(time.Second))
+			}
+		}
+		switch {
 		case l.Window <= 0 && cfg.Headers != NoHeaders:
-			return nil, fmt.Errorf("%s (%q): Window is %v; the header fields need the policy's window", at, l.Name, l.Window)
+			return nil, fmt.Errorf("%s: Window is %v; the header fields need the policy's window", at, l.Window)
+		case l.HashKeys && len(l.Prefix)+hashLen > lc.MaxKeyLen:
+			return nil, fmt.Errorf("%s: Prefix %q and a hashed key (%d bytes) exceed the Limiter's MaxKeyLen %d", at, l.Prefix, hashLen, lc.MaxKeyLen)
 		}
-		seen[l.Name] = true
-	}
-	if cfg.OnError == nil {
-		cfg.OnError = func(w http.ResponseWriter, _ *http.Request, err error) {
-			problem(w, http.StatusInternalServerError, problemBody{Type: "about:blank", Title: "rate limiting failed", Detail: err.Error()})
-		}
-	}
-	h := handler{cfg: cfg, prep: make([]prepared, len(cfg.Limits))}
-	for i, l := range cfg.Limits {
-		h.prep[i] = prepared{
+		h.limits[i] = limit{
+			Limit:  l,
+			prefix: []byte(l.Prefix),
+			// A Strict decision is not given back, and the Limiter
+			// cannot be asked what a Strict key has left without
+			// spending: keep what it said.
+			reread: ok && pol.Mode != hybrid.Strict,
 			name:   strconv.AppendQuote(nil, l.Name),
 			window: strconv.AppendInt([]byte(";w="), int64(math.Ceil(l.Window.Seconds())), 10),
 			refusal: problemJSON(http.StatusTooManyRequests, problemBody{
@@ -149,6 +183,21 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 				Detail:   fmt.Sprintf("the %q quota is spent; retry later", l.Name),
 				Violated: []string{l.Name},
 			}),
+		}
+		if lc.Resolve == nil {
+			h.limits[i].foreign = foreign(lc.Policies, l.Prefix)
+		}
+	}
+	if h.cfg.OnError == nil {
+		logger := cfg.ErrorLog
+		h.cfg.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
+			if WriteError(w, r, err) >= 500 {
+				if logger != nil {
+					logger.Print(err)
+				} else {
+					log.Print(err)
+				}
+			}
 		}
 	}
 	h.unavailable = problemJSON(http.StatusServiceUnavailable, problemBody{
@@ -163,153 +212,39 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	}, nil
 }
 
-type handler struct {
-	cfg         Config
-	prep        []prepared // per limit, what every response about it repeats
-	unavailable []byte     // the 503 body
-	next        http.Handler
-}
-
-// prepared is what New works out once for a Limit, so that requests do
-// not: its quoted name and ";w=" part for the header fields, and its
-// refusal's body.
-type prepared struct {
-	name, window []byte
-	refusal      []byte
-}
-
-// taken is one limit's part in a request: what it decided.
-type taken struct {
-	i   int // the limit's index in Config.Limits
-	res *hybrid.Reservation
-}
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var buf [4]taken
-	took := buf[:0]
-	undo := func() {
-		for _, t := range took {
-			t.res.Cancel()
+// named returns the policy called name.
+func named(policies []hybrid.Policy, name string) (hybrid.Policy, bool) {
+	for _, p := range policies {
+		if p.Name == name {
+			return p, true
 		}
 	}
-	for i := range h.cfg.Limits {
-		l := &h.cfg.Limits[i]
-		key, err := l.Key(r)
-		if err != nil {
-			undo()
-			h.cfg.OnError(w, r, err)
-			return
-		}
-		if key == "" {
-			continue
-		}
-		n := 1
-		if l.Cost != nil {
-			n = l.Cost(r)
-		}
-		// Now or not at all: a refused request books no future slot.
-		res, err := h.cfg.Limiter.TakeN(l.Prefix+key, n)
-		if err != nil {
-			undo()
-			h.cfg.OnError(w, r, err)
-			return
-		}
-		if !res.OK() {
-			undo()
-			h.refuse(w, taken{i, res}, took)
-			return
-		}
-		took = append(took, taken{i, res})
-	}
-	h.headers(w, took, nil)
-	h.next.ServeHTTP(w, r)
+	return hybrid.Policy{}, false
 }
 
-// refuse answers a request that one limit refused, after passed did not.
-func (h *handler) refuse(w http.ResponseWriter, refused taken, passed []taken) {
-	h.headers(w, passed, &refused)
-	if delay := refused.res.Delay(); delay != hybrid.Never && delay > 0 {
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(delay.Seconds())), 10))
-	}
-	if h.cfg.UnavailableWhenDegraded && h.cfg.Limiter.Health().Level != partition.Healthy {
-		writeProblem(w, http.StatusServiceUnavailable, h.unavailable)
-		return
-	}
-	writeProblem(w, http.StatusTooManyRequests, h.prep[refused.i].refusal)
-}
-
-// headers writes the header fields for the limits a request passed, and
-// the one that refused it, if any (with nothing remaining). Header names
-// are written in Go's canonical form, which Header.Set would otherwise
-// rewrite on every request.
-func (h *handler) headers(w http.ResponseWriter, passed []taken, refused *taken) {
-	all := passed
-	if refused != nil {
-		all = append(passed[:len(passed):len(passed)], *refused)
-	}
-	if h.cfg.Headers == NoHeaders || len(all) == 0 {
-		return
-	}
-	draft := h.cfg.Headers == DraftHeaders || h.cfg.Headers == BothHeaders
-	var polBuf, curBuf [256]byte
-	pol, cur := polBuf[:0], curBuf[:0]
-	var tight struct{ quota, left, reset int64 } // the limit with least left, for the legacy fields
-	for i, t := range all {
-		d, _ := t.res.Decision()
-		left, reset := d.Remaining(), int64(math.Ceil(d.ResetAfter().Seconds()))
-		if refused != nil && i == len(all)-1 {
-			left = 0
+// resolve returns the policy the Limiter gives a key that is prefix and
+// nothing more, by hybrid's rule: the longest Prefix the key starts with,
+// the first listed among equals. It is what decides every key of a Limit
+// with that Prefix, except those foreign returns.
+func resolve(policies []hybrid.Policy, prefix string) (hybrid.Policy, bool) {
+	best, ok := hybrid.Policy{}, false
+	for _, p := range policies {
+		if strings.HasPrefix(prefix, p.Prefix) && (!ok || len(p.Prefix) > len(best.Prefix)) {
+			best, ok = p, true
 		}
-		if i == 0 || left < tight.left {
-			tight.quota, tight.left, tight.reset = d.Limit(), left, reset
-		}
-		if !draft {
-			continue
-		}
-		if i > 0 {
-			pol, cur = append(pol, ", "...), append(cur, ", "...)
-		}
-		p := &h.prep[t.i]
-		pol = append(strconv.AppendInt(append(append(pol, p.name...), ";q="...), d.Limit(), 10), p.window...)
-		cur = strconv.AppendInt(append(strconv.AppendInt(append(append(cur, p.name...), ";r="...), left, 10), ";t="...), reset, 10)
 	}
-	hd := w.Header()
-	if draft {
-		hd.Set("Ratelimit-Policy", string(pol))
-		hd.Set("Ratelimit", string(cur))
+	return best, ok
+}
+
+// foreign returns, for a Limit with prefix, the starts of a key that
+// would take it to another policy: the rest of each longer policy Prefix
+// that begins with prefix.
+func foreign(policies []hybrid.Policy, prefix string) []string {
+	var out []string
+	for _, p := range policies {
+		if len(p.Prefix) > len(prefix) && strings.HasPrefix(p.Prefix, prefix) {
+			out = append(out, p.Prefix[len(prefix):])
+		}
 	}
-	if h.cfg.Headers == LegacyHeaders || h.cfg.Headers == BothHeaders {
-		hd.Set("X-Ratelimit-Limit", strconv.FormatInt(tight.quota, 10))
-		hd.Set("X-Ratelimit-Remaining", strconv.FormatInt(tight.left, 10))
-		hd.Set("X-Ratelimit-Reset", strconv.FormatInt(time.Now().Unix()+tight.reset, 10))
-	}
-}
-
-// problemBody is an RFC 9457 problem detail.
-type problemBody struct {
-	Type     string   `json:"type"`
-	Title    string   `json:"title"`
-	Status   int      `json:"status"`
-	Detail   string   `json:"detail,omitempty"`
-	Violated []string `json:"violated-policies,omitempty"`
-}
-
-// problem writes p as the response, with status.
-func problem(w http.ResponseWriter, status int, p problemBody) {
-	writeProblem(w, status, problemJSON(status, p))
-}
-
-// problemJSON encodes p with status.
-func problemJSON(status int, p problemBody) []byte {
-	p.Status = status
-	b, _ := json.Marshal(p) // strings and ints only: cannot fail
-	return append(b, '\n')
-}
-
-// writeProblem writes an encoded problem body as the response.
-func writeProblem(w http.ResponseWriter, status int, body []byte) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	return out
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/httplimit"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -45,6 +46,27 @@ func localLimiter(t testing.TB, policies ...hybrid.Policy) *hybrid.Limiter {
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l
+}
+
+// redisLimiter is a Limiter whose policies are decided by a real Redis,
+// synced only when the test calls SyncOnce.
+func redisLimiter(t *testing.T, policies ...hybrid.Policy) *hybrid.Limiter {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	fleet, err := global.NewRedis(context.Background(), global.RedisConfig{Client: srv.DeadlineClient(t), Timeout: time.Second})
+	require.NoError(t, err)
+	l, err := hybrid.New(hybrid.Config{Syncer: fleet, ManualSync: true, Policies: policies})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// ip is IP(c), which must be valid.
+func ip(t testing.TB, c httplimit.ClientIP) httplimit.KeyFunc {
+	t.Helper()
+	key, err := httplimit.IP(c)
+	require.NoError(t, err)
+	return key
 }
 
 func get(t *testing.T, srv *httptest.Server, header ...string) *http.Response {
@@ -129,7 +151,7 @@ func TestSeveralLimits(t *testing.T) {
 	// Named after the policies: Prefix and Window come from them.
 	srv := server(t, lim, httplimit.Config{Limits: []httplimit.Limit{
 		{Name: "key", Key: httplimit.Header("X-API-Key")},
-		{Name: "ip", Key: httplimit.IP(local)},
+		{Name: "ip", Key: ip(t, httplimit.ClientIP{Header: "X-Forwarded-For", Proxies: []netip.Prefix{local}})},
 	}})
 	from := func(ip string) int {
 		return get(t, srv, "X-API-Key", "k", "X-Forwarded-For", ip).StatusCode
@@ -144,62 +166,6 @@ func TestSeveralLimits(t *testing.T) {
 	assert.Equal(t, 429, from("203.0.113.1"), "the address's quota is spent")
 	assert.Equal(t, 200, from("203.0.113.2"), "the key's last token was not taken by the refusal")
 	assert.Equal(t, 429, from("203.0.113.3"), "now it is spent")
-}
-
-// TestSpoofedForwardedFor checks that X-Forwarded-For counts only from a
-// trusted proxy: from anyone else, the peer address is the key.
-func TestSpoofedForwardedFor(t *testing.T) {
-	t.Parallel()
-	lim := localLimiter(t, hybrid.Policy{Name: "ip", Limit: 2, Window: time.Hour})
-	untrusted := server(t, lim, httplimit.Config{Limits: []httplimit.Limit{
-		{Name: "ip", Key: httplimit.IP(netip.MustParsePrefix("10.0.0.0/8")), Window: time.Hour},
-	}})
-	codes := []int{}
-	for i := range 3 {
-		codes = append(codes, get(t, untrusted, "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i)).StatusCode)
-	}
-	assert.Equal(t, []int{200, 200, 429}, codes, "every request is 127.0.0.1's, whatever it claims")
-
-	lim2 := localLimiter(t, hybrid.Policy{Name: "ip", Limit: 2, Window: time.Hour})
-	trusted := server(t, lim2, httplimit.Config{Limits: []httplimit.Limit{
-		{Name: "ip", Key: httplimit.IP(netip.MustParsePrefix("127.0.0.0/8")), Window: time.Hour},
-	}})
-	for i := range 3 {
-		assert.Equal(t, 200, get(t, trusted, "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i)).StatusCode, "behind a trusted proxy, each client its own")
-	}
-}
-
-func TestIPKey(t *testing.T) {
-	t.Parallel()
-	key := httplimit.IP(netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48"))
-	tests := []struct {
-		name, remote string
-		header       map[string]string
-		want         string
-	}{
-		{"direct", "192.0.2.7:5555", nil, "192.0.2.7"},
-		{"direct ignores headers", "192.0.2.7:5555", map[string]string{"X-Forwarded-For": "1.2.3.4"}, "192.0.2.7"},
-		{"one trusted hop", "10.1.1.1:80", map[string]string{"X-Forwarded-For": "198.51.100.9"}, "198.51.100.9"},
-		{"spoofed left of the real client", "10.1.1.1:80", map[string]string{"X-Forwarded-For": "6.6.6.6, 198.51.100.9, 10.2.2.2"}, "198.51.100.9"},
-		{"Forwarded wins", "10.1.1.1:80", map[string]string{"Forwarded": `for="[2001:db8:cafe::17]:4711"`, "X-Forwarded-For": "1.1.1.1"}, "2001:db8:cafe::17"},
-		{"Forwarded chain", "10.1.1.1:80", map[string]string{"Forwarded": "for=192.0.2.60;proto=http, for=10.9.9.9"}, "192.0.2.60"},
-		{"garbage hop", "10.1.1.1:80", map[string]string{"X-Forwarded-For": "not-an-ip"}, "10.1.1.1"},
-		{"v4 in v6", "[::ffff:192.0.2.8]:1", nil, "192.0.2.8"},
-	}
-	for _, tt := range tests {
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.RemoteAddr = tt.remote
-		for k, v := range tt.header {
-			r.Header.Set(k, v)
-		}
-		got, err := key(r)
-		require.NoError(t, err, tt.name)
-		assert.Equal(t, tt.want, got, tt.name)
-	}
-	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	r.RemoteAddr = "@unix"
-	_, err := key(r)
-	assert.ErrorIs(t, err, httplimit.ErrNoAddress)
 }
 
 func TestLegacyHeaders(t *testing.T) {
@@ -228,7 +194,7 @@ func TestBothHeadersTightest(t *testing.T) {
 	)
 	srv := server(t, lim, httplimit.Config{Headers: httplimit.BothHeaders, Limits: []httplimit.Limit{
 		{Name: "key", Key: httplimit.Header("X-API-Key")},
-		{Name: "ip", Key: httplimit.IP()},
+		{Name: "ip", Key: ip(t, httplimit.ClientIP{})},
 	}})
 	resp := get(t, srv, "X-API-Key", "k")
 	require.Equal(t, 200, resp.StatusCode)
@@ -312,7 +278,7 @@ func TestRefusalsBookNothing(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
-	lim := localLimiter(t, hybrid.Policy{Name: "api", Limit: 1, Window: time.Second})
+	lim := localLimiter(t, hybrid.Policy{Name: "api", Limit: 1, Window: time.Second}, hybrid.Policy{Name: "ip", Prefix: "ip:", Limit: 1, Window: time.Second})
 	key := httplimit.Header("X")
 	tests := map[string]httplimit.Config{
 		"Config.Limiter":              {Limits: []httplimit.Limit{{Name: "a", Key: key, Window: time.Second}}},
@@ -320,12 +286,130 @@ func TestConfigErrors(t *testing.T) {
 		"Config.Headers":              {Limiter: lim, Headers: 9, Limits: []httplimit.Limit{{Name: "a", Key: key, Window: time.Second}}},
 		"Limits[0]: Name":             {Limiter: lim, Limits: []httplimit.Limit{{Name: "a b", Key: key, Window: time.Second}}},
 		`Limits[0] ("a"): Key`:        {Limiter: lim, Limits: []httplimit.Limit{{Name: "a", Window: time.Second}}},
-		`Limits[0] ("a"): Window`:     {Limiter: lim, Limits: []httplimit.Limit{{Name: "a", Key: key}}},
 		`Limits[1]: Name "a" is used`: {Limiter: lim, Limits: []httplimit.Limit{{Name: "a", Key: key, Window: time.Second}, {Name: "a", Key: key, Window: time.Second}}},
+		`Limits[1] ("b"): Prefix "ip:" is also Limits[0]'s`: {Limiter: lim, Limits: []httplimit.Limit{
+			{Name: "a", Prefix: "ip:", Key: key}, {Name: "b", Prefix: "ip:", Key: key}}},
+		`Limits[1] ("b"): Prefix "" is also Limits[0]'s`: {Limiter: lim, Limits: []httplimit.Limit{
+			{Name: "api", Key: key}, {Name: "b", Key: key}}},
+		`Limits[0] ("a"): Prefix "xxxxxxxxxx" and a hashed key`: {Limiter: localLimiterMaxKeyLen(t, 30), Limits: []httplimit.Limit{
+			{Name: "a", Prefix: "xxxxxxxxxx", Key: key, HashKeys: true}}},
 	}
 	for want, cfg := range tests {
 		_, err := httplimit.New(cfg)
 		require.Error(t, err, want)
 		assert.Contains(t, err.Error(), want)
 	}
+}
+
+func localLimiterMaxKeyLen(t *testing.T, n int) *hybrid.Limiter {
+	l, err := hybrid.New(hybrid.Config{MaxKeyLen: n, Policies: []hybrid.Policy{{Name: "all", Mode: hybrid.Local, Limit: 1, Window: time.Second}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// TestPrefixWithoutPolicy puts the README's two snippets together: a
+// Limiter with only an "api:" policy, and a Limit on "ip:". Every request
+// would fail with "no policy matches the key"; New says so, naming the
+// limit.
+func TestPrefixWithoutPolicy(t *testing.T) {
+	t.Parallel()
+	lim := localLimiter(t, hybrid.Policy{Name: "api", Prefix: "api:", Limit: 100, Window: time.Second})
+	_, err := httplimit.New(httplimit.Config{Limiter: lim, Limits: []httplimit.Limit{
+		{Name: "api", Prefix: "api:", Key: httplimit.Header("X-API-Key"), Window: time.Second},
+		{Name: "ip", Prefix: "ip:", Key: ip(t, httplimit.ClientIP{}), Window: time.Minute},
+	}})
+	require.ErrorIs(t, err, hybrid.ErrNoPolicy)
+	assert.Contains(t, err.Error(), `Config.Limits[1] ("ip"): no policy of the Limiter matches Prefix "ip:"`)
+
+	// With Config.Resolve the Limiter picks policies by key, which New
+	// cannot probe: it trusts Resolve.
+	res, err := hybrid.New(hybrid.Config{Resolve: func(string) string { return "api" }, Policies: []hybrid.Policy{
+		{Name: "api", Prefix: "api:", Mode: hybrid.Local, Limit: 1, Window: time.Minute},
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { res.Close() })
+	srv := server(t, res, httplimit.Config{Limits: []httplimit.Limit{{Name: "api", Prefix: "other:", Key: httplimit.Header("X")}}})
+	resp := get(t, srv, "X", "k")
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, [2]int64{1, 60}, parse(t, policyItem, resp.Header.Get("RateLimit-Policy"))["api"], "the named policy's window")
+}
+
+// TestWindowFromPrefix checks that a Limit's window is that of the policy
+// its Prefix reaches, which decides it, not that of a policy it is named
+// after.
+func TestWindowFromPrefix(t *testing.T) {
+	t.Parallel()
+	lim := localLimiter(t,
+		hybrid.Policy{Name: "api", Prefix: "api:", Limit: 10, Window: time.Minute},
+		hybrid.Policy{Name: "slow", Prefix: "slow:", Limit: 10, Window: time.Hour},
+	)
+	srv := server(t, lim, httplimit.Config{Limits: []httplimit.Limit{{Name: "api", Prefix: "slow:", Key: httplimit.Header("X")}}})
+	assert.Equal(t, [2]int64{10, 3600}, parse(t, policyItem, get(t, srv, "X", "k").Header.Get("RateLimit-Policy"))["api"])
+}
+
+// TestForeignKey checks that a key cannot reach another policy by
+// starting with the rest of its Prefix: with a catch-all tenant policy
+// and an "ip:" one, X-Tenant "ip:127.0.0.1" would spend 127.0.0.1's
+// address quota.
+func TestForeignKey(t *testing.T) {
+	t.Parallel()
+	lim := localLimiter(t,
+		hybrid.Policy{Name: "tenant", Limit: 100, Window: time.Hour},
+		hybrid.Policy{Name: "ip", Prefix: "ip:", Limit: 2, Window: time.Hour},
+	)
+	srv := server(t, lim, httplimit.Config{Limits: []httplimit.Limit{
+		{Name: "tenant", Key: httplimit.Header("X-Tenant")},
+		{Name: "ip", Key: ip(t, httplimit.ClientIP{})},
+	}})
+	for range 3 {
+		assert.Equal(t, 400, get(t, srv, "X-Tenant", "ip:127.0.0.1").StatusCode)
+	}
+	assert.Equal(t, 200, get(t, srv).StatusCode, "127.0.0.1's quota is whole")
+	assert.Equal(t, 200, get(t, srv, "X-Tenant", "iq:x").StatusCode)
+}
+
+// TestFirstResponse checks a new Hybrid key's first response, before any
+// grant: it knows the limit, not what is left, so it sends the policy
+// and no RateLimit item (not r=0;t=0, which reads as "back off"); once
+// granted, both.
+func TestFirstResponse(t *testing.T) {
+	t.Parallel()
+	lim := redisLimiter(t, hybrid.Policy{Name: "api", Limit: 100, Window: time.Minute})
+	srv := server(t, lim, httplimit.Config{Headers: httplimit.BothHeaders, Limits: []httplimit.Limit{{Name: "api", Key: httplimit.Header("X-API-Key")}}})
+	resp := get(t, srv, "X-API-Key", "new")
+	require.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, [2]int64{100, 60}, parse(t, policyItem, resp.Header.Get("RateLimit-Policy"))["api"])
+	assert.Empty(t, resp.Header.Get("RateLimit"))
+	assert.Equal(t, "100", resp.Header.Get("X-RateLimit-Limit"))
+	assert.Empty(t, resp.Header.Get("X-RateLimit-Remaining"))
+
+	require.NoError(t, lim.SyncOnce(context.Background()))
+	resp = get(t, srv, "X-API-Key", "new")
+	require.Equal(t, 200, resp.StatusCode)
+	got := parse(t, limitItem, resp.Header.Get("RateLimit"))["api"]
+	assert.InDelta(t, 98, got[0], 1, "r: the fleet's remaining")
+	assert.Positive(t, got[1], "t")
+	assert.NotEmpty(t, resp.Header.Get("X-RateLimit-Remaining"))
+}
+
+// TestRefusalShowsGivenBack checks the fields of a request that a later
+// limit refused: the earlier limit's token was given back, and its
+// RateLimit item says so.
+func TestRefusalShowsGivenBack(t *testing.T) {
+	t.Parallel()
+	lim := localLimiter(t,
+		hybrid.Policy{Name: "key", Prefix: "key:", Limit: 3, Window: time.Hour},
+		hybrid.Policy{Name: "ip", Prefix: "ip:", Limit: 1, Window: time.Hour},
+	)
+	srv := server(t, lim, httplimit.Config{Limits: []httplimit.Limit{
+		{Name: "key", Key: httplimit.Header("X-API-Key")},
+		{Name: "ip", Key: ip(t, httplimit.ClientIP{})},
+	}})
+	require.Equal(t, 200, get(t, srv, "X-API-Key", "k").StatusCode)
+	resp := get(t, srv, "X-API-Key", "k")
+	require.Equal(t, 429, resp.StatusCode)
+	items := parse(t, limitItem, resp.Header.Get("RateLimit"))
+	assert.Equal(t, int64(2), items["key"][0], "the key's token was given back")
+	assert.Equal(t, int64(0), items["ip"][0])
 }

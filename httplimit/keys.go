@@ -1,11 +1,9 @@
 package httplimit
 
 import (
-	"errors"
-	"net"
+	"crypto/sha256"
+	"encoding/base64"
 	"net/http"
-	"net/netip"
-	"strings"
 )
 
 // A KeyFunc names what a request is limited by: an API key, a user, a
@@ -30,98 +28,18 @@ func ContextValue(key any) KeyFunc {
 	}
 }
 
-// ErrNoAddress is returned by IP's KeyFunc for a request whose peer
-// address cannot be parsed.
-var ErrNoAddress = errors.New("httplimit: the request's remote address is not an IP address")
+// hashLen is the length of a hashed key: 16 bytes in unpadded base64url.
+const hashLen = 22
 
-// IP keys requests by the client's IP address. The client is the peer
-// that connected, unless that peer is one of the trusted proxies: then
-// the Forwarded header (RFC 7239), or else X-Forwarded-For, is read from
-// the nearest hop outward, skipping trusted proxies, and the first
-// address not trusted is the client. A client that is not behind a
-// trusted proxy cannot choose its own key by sending those headers.
-func IP(trusted ...netip.Prefix) KeyFunc {
-	isTrusted := func(a netip.Addr) bool {
-		for _, p := range trusted {
-			if p.Contains(a) {
-				return true
-			}
-		}
-		return false
-	}
-	return func(r *http.Request) (string, error) {
-		peer, err := remoteAddr(r.RemoteAddr)
-		if err != nil {
-			return "", err
-		}
-		if !isTrusted(peer) {
-			return peer.String(), nil
-		}
-		hops := forwarded(r.Header)
-		client := peer
-		for i := len(hops) - 1; i >= 0; i-- {
-			a, err := netip.ParseAddr(hops[i])
-			if err != nil {
-				break // an obfuscated or garbled hop: stop at the last one known
-			}
-			client = a.Unmap()
-			if !isTrusted(client) {
-				break
-			}
-		}
-		return client.String(), nil
-	}
-}
-
-func remoteAddr(s string) (netip.Addr, error) {
-	host, _, err := net.SplitHostPort(s)
-	if err != nil {
-		host = s
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}, ErrNoAddress
-	}
-	return a.Unmap(), nil
-}
-
-// forwarded returns the addresses the proxies recorded, farthest first:
-// Forwarded's for= parameters if there are any, else X-Forwarded-For.
-func forwarded(h http.Header) []string {
-	var hops []string
-	for _, line := range h.Values("Forwarded") {
-		for _, elem := range strings.Split(line, ",") {
-			for _, pair := range strings.Split(elem, ";") {
-				k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
-				if !ok || !strings.EqualFold(k, "for") {
-					continue
-				}
-				hops = append(hops, forwardedNode(v))
-			}
-		}
-	}
-	if len(hops) > 0 {
-		return hops
-	}
-	for _, line := range h.Values("X-Forwarded-For") {
-		for _, a := range strings.Split(line, ",") {
-			hops = append(hops, strings.TrimSpace(a))
-		}
-	}
-	return hops
-}
-
-// forwardedNode strips a Forwarded node of its quotes, brackets and port:
-// "[2001:db8::1]:4711" becomes 2001:db8::1.
-func forwardedNode(v string) string {
-	v = strings.Trim(strings.TrimSpace(v), `"`)
-	if strings.HasPrefix(v, "[") {
-		if end := strings.IndexByte(v, ']'); end > 0 {
-			return v[1:end]
-		}
-	}
-	if host, _, err := net.SplitHostPort(v); err == nil {
-		return host
-	}
-	return v
+// appendHash appends key's SHA-256 digest, cut to 128 bits, to b in
+// unpadded base64url.
+//
+// SHA-256 and not the xxh3 the rest of the module hashes with: the key is
+// the client's to choose, and a client that found a key whose hash is
+// another's would spend that one's quota. xxh3 promises nothing against
+// a chosen input; 128 bits of SHA-256 make such a collision cost about
+// 2^64 hashes, and a preimage (an API key read back from Redis) more.
+func appendHash(b []byte, key string) []byte {
+	sum := sha256.Sum256([]byte(key))
+	return base64.RawURLEncoding.AppendEncode(b, sum[:16])
 }

@@ -4,9 +4,11 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 // TestMain fails the package if a goroutine outlives the tests.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, redistest.LeakOptions()...)
 }

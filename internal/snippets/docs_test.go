@@ -1,13 +1,9 @@
 package snippets
 
 import (
-	"log"
-	"net/http"
-	"net/netip"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/gossip"
-	"github.com/hybridlimit/hybridlimit/httplimit"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
@@ -30,21 +26,6 @@ func docsGossip(key []byte, policies []hybrid.Policy) error {
 	return err
 }
 
-// docs/http.md
-func docsHTTP(limiter *hybrid.Limiter, loadBalancers []netip.Prefix, mux *http.ServeMux) {
-	limit, err := httplimit.New(httplimit.Config{
-		Limiter: limiter, // a *hybrid.Limiter with Policies "key:" and "ip:"
-		Limits: []httplimit.Limit{ // named after the Limiter's policies, whose Prefix and Window they take
-			{Name: "key", Key: httplimit.Header("X-API-Key")},
-			{Name: "ip", Key: httplimit.IP(loadBalancers...)},
-		},
-	})
-	if err != nil {
-		log.Fatal(err) // names the field at fault
-	}
-	http.ListenAndServe(":8080", limit(mux))
-}
-
 // docs/partitions.md
 func docsPartitions() hybrid.Config {
 	return hybrid.Config{
@@ -59,4 +40,4 @@ func docsPartitions() hybrid.Config {
 	}
 }
 
-var _ = []any{docsGossip, docsHTTP, docsPartitions}
+var _ = []any{docsGossip, docsPartitions}

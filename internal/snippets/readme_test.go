@@ -55,9 +55,13 @@ func readmeUse(ctx context.Context, w http.ResponseWriter, apiKey string) {
 }
 
 func readmeHTTP(limiter *hybrid.Limiter, trustedProxies []netip.Prefix, mux *http.ServeMux) {
+	clientIP, err := httplimit.IP(httplimit.ClientIP{Header: "X-Forwarded-For", Proxies: trustedProxies}) // the one field your proxies set
+	if err != nil {
+		log.Fatal(err)
+	}
 	limit, err := httplimit.New(httplimit.Config{Limiter: limiter, Limits: []httplimit.Limit{
-		{Name: "api", Key: httplimit.Header("X-API-Key")},  // the "api" policy's Prefix and Window
-		{Name: "ip", Key: httplimit.IP(trustedProxies...)}, // and the "ip" policy's
+		{Name: "api", Key: httplimit.Header("X-API-Key"), HashKeys: true}, // the "api" policy's Prefix and Window
+		{Name: "ip", Key: clientIP},                                       // and the "ip" policy's
 	}})
 	if err != nil {
 		log.Fatal(err) // a limit with no policy, say
