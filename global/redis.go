@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,13 +52,17 @@ type RedisConfig struct {
 //
 // A Redis is safe for concurrent use.
 type Redis struct {
-	cfg RedisConfig
+	cfg  RedisConfig
+	addr string // for errors
 }
 
 var _ Syncer = (*Redis)(nil)
 
-// NewRedis checks cfg, loads the scripts on every shard, and returns a
-// Redis Syncer. It fails if Redis cannot be reached within cfg.Timeout.
+// NewRedis checks cfg and returns a Redis Syncer. It does not talk to
+// Redis, so a service starts while Redis is down, or far away: its calls
+// fail with ErrUnreachable until Redis answers, and the caller limits on
+// its own meanwhile. Each script is sent to a Redis node by its first
+// call there (see run). ctx is not used.
 func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("global: RedisConfig.Client is nil; pass a go-redis client")
@@ -83,14 +88,13 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	if err := checkClientTimeouts(cfg.Client, cfg.Timeout); err != nil {
 		return nil, err
 	}
-	r := &Redis{cfg: cfg}
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-	if err := r.loadScripts(ctx); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return &Redis{cfg: cfg, addr: addrOf(cfg.Client)}, nil
 }
+
+// MaxKeyLen is the longest key r accepts, in bytes: RedisConfig.MaxKeyLen
+// or its default. A caller that checks keys itself, such as a hybrid
+// Limiter, must not accept longer ones, or their every call fails.
+func (r *Redis) MaxKeyLen() int { return r.cfg.MaxKeyLen }
 
 // checkClientTimeouts refuses a client whose socket timeouts would let a
 // call outlive timeout: without ContextTimeoutEnabled, go-redis ignores
@@ -99,6 +103,7 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 func checkClientTimeouts(c redis.UniversalClient, timeout time.Duration) error {
 	var ctxOK bool
 	var read, write time.Duration
+	opts := "redis.Options"
 	switch c := c.(type) {
 	case *redis.Client:
 		o := c.Options()
@@ -106,6 +111,7 @@ func checkClientTimeouts(c redis.UniversalClient, timeout time.Duration) error {
 	case *redis.ClusterClient:
 		o := c.Options()
 		ctxOK, read, write = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+		opts = "redis.ClusterOptions"
 	default:
 		return nil // a Ring or a wrapper: the caller's responsibility
 	}
@@ -114,40 +120,29 @@ func checkClientTimeouts(c redis.UniversalClient, timeout time.Duration) error {
 	}
 	// go-redis treats 0 as its 3s default and -1 as no timeout.
 	if read <= 0 || read > timeout || write <= 0 || write > timeout {
-		return fmt.Errorf("global: the Redis client may block longer than RedisConfig.Timeout (%v): set its Options.ContextTimeoutEnabled, or ReadTimeout and WriteTimeout to at most %v", timeout, timeout)
+		return fmt.Errorf("global: the Redis client may block longer than RedisConfig.Timeout (%v): build it with %s{ContextTimeoutEnabled: true}, or ReadTimeout and WriteTimeout of at most %v; it has ReadTimeout %v, WriteTimeout %v (0 is go-redis's 3s default)",
+			timeout, opts, timeout, read, write)
 	}
 	return nil
 }
 
-var scripts = []*redis.Script{leaseTokenBucket, leaseSlidingWindow, strictGCRA, strictSlidingWindow, markShards,
-	chargeGCRA, chargeSlidingWindow, markLease, readLeaseMark, endLeaseMark, leaseUsed, chargeLease}
-
-// loadScripts loads every script on every shard, so a pipeline of EVALSHA
-// finds them.
-func (r *Redis) loadScripts(ctx context.Context) error {
-	load := func(ctx context.Context, c *redis.Client) error {
-		for _, s := range scripts {
-			if err := s.Load(ctx, c).Err(); err != nil {
-				return classify(err)
-			}
-		}
-		return nil
-	}
-	switch c := r.cfg.Client.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachShard(ctx, load)
-	case *redis.Ring:
-		return c.ForEachShard(ctx, load)
+// addrOf names the Redis c talks to, for errors: its address, or its
+// seed addresses.
+func addrOf(c redis.UniversalClient) string {
+	switch c := c.(type) {
 	case *redis.Client:
-		return load(ctx, c)
-	default:
-		for _, s := range scripts {
-			if err := s.Load(ctx, r.cfg.Client).Err(); err != nil {
-				return classify(err)
-			}
+		return c.Options().Addr // "FailoverClient" for Sentinel
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	case *redis.Ring:
+		addrs := make([]string, 0, len(c.Options().Addrs))
+		for _, a := range c.Options().Addrs {
+			addrs = append(addrs, a)
 		}
-		return nil
+		slices.Sort(addrs)
+		return strings.Join(addrs, ",")
 	}
+	return fmt.Sprintf("%T", c)
 }
 
 // redisKey builds the Redis key for a user key: the prefix, the key as a
@@ -600,9 +595,9 @@ func (r *Redis) run(ctx context.Context, calls []scriptCall) ([]callResult, erro
 			case redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0:
 				retry = append(retry, i)
 			case isUnreachable(err):
-				return nil, classify(err)
+				return nil, r.unreachable(err)
 			default:
-				out[i].err = fmt.Errorf("%w: key %q: %v", ErrInvalid, calls[i].keys[0], err)
+				out[i].err = fmt.Errorf("%w: Redis %s, key %q: %w", ErrInvalid, r.addr, calls[i].keys[0], err)
 			}
 		}
 		if len(retry) == 0 {
@@ -659,10 +654,12 @@ func isUnreachable(err error) bool {
 	return false
 }
 
-// classify wraps an error from Redis as ErrUnreachable or ErrInvalid.
-func classify(err error) error {
-	if isUnreachable(err) {
-		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+// unreachable wraps err, which isUnreachable, as ErrUnreachable, naming
+// the Redis and, for a deadline, what it means: go-redis retries a call
+// until the deadline, and its last error is then the deadline's.
+func (r *Redis) unreachable(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: Redis %s did not answer in time (RedisConfig.Timeout is %v): %w", ErrUnreachable, r.addr, r.cfg.Timeout, err)
 	}
-	return fmt.Errorf("%w: %w", ErrInvalid, err)
+	return fmt.Errorf("%w: Redis %s: %w", ErrUnreachable, r.addr, err)
 }
