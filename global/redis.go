@@ -630,8 +630,18 @@ func int64s(v any) ([]int64, error) {
 	return out, nil
 }
 
-// isUnreachable reports whether err means Redis could not be reached or
-// did not answer in time, as opposed to rejecting the command.
+// isUnreachable reports whether err means Redis could not be reached,
+// did not answer in time, or answered that it takes no writes now, as
+// opposed to rejecting the command. Every call this package makes
+// writes (the lease and strict scripts keep their state in Redis), so a
+// Redis that refuses writes can neither lease nor decide, for any key:
+// out of memory under the noeviction policy (OOM), short of the
+// replicas min-replicas-to-write asks for (NOREPLICAS), after a failed
+// snapshot (MISCONF), a replica (READONLY), a replica cut off from its
+// master (MASTERDOWN), loading its data (LOADING), busy in a long script
+// (BUSY), a Cluster down or moving slots (CLUSTERDOWN, TRYAGAIN, MOVED,
+// ASK), or a connection the server refuses to serve (NOAUTH, WRONGPASS,
+// NOPERM, too many clients).
 func isUnreachable(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
 		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
@@ -643,16 +653,22 @@ func isUnreachable(err error) bool {
 	if errors.As(err, &ne) {
 		return true
 	}
-	if err.Error() == "EOF" || strings.Contains(err.Error(), "connection") {
+	msg := err.Error()
+	if msg == "EOF" || strings.Contains(msg, "connection") || strings.Contains(msg, "max number of clients reached") {
 		return true
 	}
-	for _, p := range []string{"CLUSTERDOWN", "LOADING", "TRYAGAIN", "MASTERDOWN", "READONLY"} {
+	for _, p := range unwritable {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}
 	}
 	return false
 }
+
+// unwritable are the prefixes of Redis's errors that mean it takes no
+// writes now, whatever the key (see isUnreachable).
+var unwritable = []string{"OOM ", "NOREPLICAS ", "MISCONF ", "READONLY ", "MASTERDOWN ", "LOADING ", "BUSY ",
+	"CLUSTERDOWN ", "TRYAGAIN ", "MOVED ", "ASK ", "NOAUTH ", "WRONGPASS ", "NOPERM "}
 
 // unreachable wraps err, which isUnreachable, as ErrUnreachable, naming
 // the Redis and, for a deadline, what it means: go-redis retries a call

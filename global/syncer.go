@@ -206,8 +206,9 @@ type Grant struct {
 }
 
 // ErrUnreachable is wrapped by errors that mean the fleet could not be
-// reached: a connection refused or reset, a timeout, a cluster that is
-// down. The caller should keep limiting locally and try again later.
+// reached, or cannot take writes: a connection refused or reset, a
+// timeout, a cluster that is down, a Redis out of memory or read-only.
+// The caller should keep limiting locally and try again later.
 var ErrUnreachable = errors.New("global: fleet unreachable")
 
 // ErrInvalid is wrapped by errors that mean the request itself was wrong;
