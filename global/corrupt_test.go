@@ -175,11 +175,11 @@ func TestCorruptLeaseState(t *testing.T) {
 			wantCorrupt(t, g.Err, g.Lease > 0 || (g.Err == nil && g.Shards == 0), what+": Sync")
 
 			if i < len(state) {
-				_, err = r.LeaseUsed(ctx, []string{key}, lim)
+				_, err = r.LeaseUsed(ctx, key, itself, lim)
 				wantCorrupt(t, err, false, what+": LeaseUsed")
 			}
 			if i < len(state)+len(others) {
-				wantCorrupt(t, r.ChargeLeasesAtLeast(ctx, []string{key}, lim, 10, time.Second), false, what+": ChargeLeasesAtLeast")
+				wantCorrupt(t, r.ChargeLeasesAtLeast(ctx, key, itself, lim, 10, time.Second), false, what+": ChargeLeasesAtLeast")
 			}
 			if i < len(state)+len(others)+len(node) {
 				continue
@@ -196,10 +196,11 @@ func TestCorruptLeaseState(t *testing.T) {
 	// Debts no fleet runs up, each within what a state may hold, that
 	// would overflow their sum.
 	lim := global.Limit{Limit: 100, Window: time.Minute}
-	keys := []string{"debt-1", "debt-2", "debt-3"}
-	for _, key := range keys {
-		require.NoError(t, hset("lease")("tokens", "-4000000000000000000")(ctx, c, key))
+	shards := global.ShardsOf("debt", 3)
+	for _, sh := range shards {
+		k := global.RedisShardKeyForTest("hl:", "debt", sh, "lease")
+		require.NoError(t, c.HSet(ctx, k, "tokens", "-4000000000000000000").Err())
 	}
-	_, err := r.LeaseUsed(ctx, keys, lim)
+	_, err := r.LeaseUsed(ctx, "debt", shards, lim)
 	wantCorrupt(t, err, false, "LeaseUsed overflowing")
 }

@@ -19,7 +19,7 @@ func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time
 	if shards < 2 || shards > MaxShards || ttl < time.Millisecond {
 		return 0, fmt.Errorf("%w: MarkShards needs 2 to MaxShards (%d) shards and a ttl of 1ms or more; got %d, %v", ErrInvalid, MaxShards, shards, ttl)
 	}
-	marker, err := r.redisKey(key, "shards")
+	marker, err := r.redisKey(key, Shard{}, "shards")
 	if err != nil {
 		return 0, err
 	}
@@ -39,13 +39,20 @@ func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time
 // spent. Unlike Allow, charging twice charges once, so every node of a
 // fleet may charge the same key as it merges back.
 func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit Limit, used int64) error {
+	return r.ChargeShardAtLeast(ctx, key, Shard{}, limit, used)
+}
+
+// ChargeShardAtLeast is ChargeAtLeast on one of key's shards (see
+// ShardsOf): how the shards a key is split into take over what the key
+// had spent.
+func (r *Redis) ChargeShardAtLeast(ctx context.Context, key string, shard Shard, limit Limit, used int64) error {
 	if err := limit.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if used <= 0 {
 		return nil
 	}
-	base, err := r.keyBase(key)
+	base, err := r.keyBase(key, shard)
 	if err != nil {
 		return err
 	}
@@ -53,13 +60,13 @@ func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit Limit, used
 	if err != nil {
 		return err
 	}
-	return r.check(key, bound{"a charge's outcome", v[0], 1, 1})
+	return r.check(key+shard.String(), bound{"a charge's outcome", v[0], 1, 1})
 }
 
 // MarkLeaseShards marks, for the whole fleet, that key's leases are
 // split into shards: while the mark stands, Sync on key grants nothing,
 // applies none of a report, and answers with Grant.Shards, so that
-// nodes lease from, and report to, ShardKeys(key, n) instead. The mark
+// nodes lease from, and report to, ShardsOf(key, n) instead. The mark
 // stands until ttl from now, or later if it was already marked for
 // longer (it is never shortened); with shards 0, a mark is only
 // extended, never set. After its end, Sync goes on answering with the
@@ -78,7 +85,7 @@ func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl
 	case limit.Validate() != nil:
 		return 0, 0, fmt.Errorf("%w: %v", ErrInvalid, limit.Validate())
 	}
-	marker, err := r.redisKey(key, "lshards")
+	marker, err := r.redisKey(key, Shard{}, "lshards")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -94,7 +101,7 @@ func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl
 // shard count, 0 if there is none, and how long it stands, 0 if it has
 // ended and awaits its merge.
 func (r *Redis) LeaseShardMark(ctx context.Context, key string) (shards int, left time.Duration, err error) {
-	marker, err := r.redisKey(key, "lshards")
+	marker, err := r.redisKey(key, Shard{}, "lshards")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -110,7 +117,7 @@ func (r *Redis) LeaseShardMark(ctx context.Context, key string) (shards int, lef
 // shards spent (ChargeLeasesAtLeast with LeaseUsed of the shards). It
 // reports whether key is no longer marked.
 func (r *Redis) EndLeaseShards(ctx context.Context, key string) (bool, error) {
-	marker, err := r.redisKey(key, "lshards")
+	marker, err := r.redisKey(key, Shard{}, "lshards")
 	if err != nil {
 		return false, err
 	}
@@ -121,12 +128,13 @@ func (r *Redis) EndLeaseShards(ctx context.Context, key string) (bool, error) {
 	return v[0] == 1, r.check(key, bound{"an end's outcome", v[0], 0, 1})
 }
 
-// LeaseUsed returns what the lease states of keys (as Sync keeps them)
-// show spent now under limit, leases included, summed: how a key merged
-// back from its shards learns what they had spent. It decides and
-// changes nothing, and takes one round trip per Redis node.
-func (r *Redis) LeaseUsed(ctx context.Context, keys []string, limit Limit) (int64, error) {
-	calls, err := r.leaseStateCalls(leaseUsed, keys, limit, 0, 0)
+// LeaseUsed returns what the lease states of key's shards (as Sync keeps
+// them; the zero Shard is key itself) show spent now under limit, leases
+// included, summed: how a key merged back from its shards learns what
+// they had spent. It decides and changes nothing, and takes one round
+// trip per Redis node.
+func (r *Redis) LeaseUsed(ctx context.Context, key string, shards []Shard, limit Limit) (int64, error) {
+	calls, err := r.leaseStateCalls(leaseUsed, key, shards, limit, 0, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -136,27 +144,29 @@ func (r *Redis) LeaseUsed(ctx context.Context, keys []string, limit Limit) (int6
 	}
 	sum := int64(0)
 	for i, v := range res {
-		if err := r.check(keys[i], bound{"used", v[0], 0, math.MaxInt64}); err != nil {
+		part := key + shards[i].String()
+		if err := r.check(part, bound{"used", v[0], 0, math.MaxInt64}); err != nil {
 			return 0, err
 		}
 		if sum > math.MaxInt64-v[0] {
-			return 0, r.corrupt(keys[i], "the lease states show more spent than an int64 holds")
+			return 0, r.corrupt(part, "the lease states show more spent than an int64 holds")
 		}
 		sum += v[0]
 	}
 	return sum, nil
 }
 
-// ChargeLeasesAtLeast makes each of keys' lease states show at least used
-// spent now under limit, unless it already shows as much. It is how a key
-// split into shards, or merged back from them, takes over what was spent
-// before, so that neither hands out a fresh bucket; charging twice
-// charges once, so every node of a fleet may charge. Nodes not seen for
-// three of the fleet's sync intervals are forgotten first, as Sync
-// forgets them, so that a node coming back to a state it left long ago
-// reports against no lease (a zero interval forgets nobody). One round
-// trip per Redis node.
-func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, keys []string, limit Limit, used int64, interval time.Duration) error {
+// ChargeLeasesAtLeast makes the lease state of each of key's shards (the
+// zero Shard is key itself) show at least used spent now under limit,
+// unless it already shows as much. It is how a key split into shards, or
+// merged back from them, takes over what was spent before, so that
+// neither hands out a fresh bucket; charging twice charges once, so
+// every node of a fleet may charge. Nodes not seen for three of the
+// fleet's sync intervals are forgotten first, as Sync forgets them, so
+// that a node coming back to a state it left long ago reports against
+// no lease (a zero interval forgets nobody). One round trip per Redis
+// node.
+func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, key string, shards []Shard, limit Limit, used int64, interval time.Duration) error {
 	if interval < 0 {
 		return fmt.Errorf("%w: ChargeLeasesAtLeast's interval is %v; it must not be negative", ErrInvalid, interval)
 	}
@@ -164,7 +174,7 @@ func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, keys []string, limit Li
 	if interval > 0 {
 		stale = staleAfter(micros(interval))
 	}
-	calls, err := r.leaseStateCalls(chargeLease, keys, limit, min(max(used, 0), MaxLimit), stale)
+	calls, err := r.leaseStateCalls(chargeLease, key, shards, limit, min(max(used, 0), MaxLimit), stale)
 	if err != nil {
 		return err
 	}
@@ -173,15 +183,16 @@ func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, keys []string, limit Li
 		return err
 	}
 	for i, v := range res {
-		if err := r.check(keys[i], bound{"a charge's outcome", v[0], 1, 1}); err != nil {
+		if err := r.check(key+shards[i].String(), bound{"a charge's outcome", v[0], 1, 1}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// leaseStateCalls builds one call of script per key's lease state.
-func (r *Redis) leaseStateCalls(script *redis.Script, keys []string, limit Limit, n, stale int64) ([]scriptCall, error) {
+// leaseStateCalls builds one call of script per lease state of key's
+// shards.
+func (r *Redis) leaseStateCalls(script *redis.Script, key string, shards []Shard, limit Limit, n, stale int64) ([]scriptCall, error) {
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -193,9 +204,9 @@ func (r *Redis) leaseStateCalls(script *redis.Script, keys []string, limit Limit
 	// A charged state outlives two windows and a minute, as a lease
 	// state kept alive by syncs would.
 	ttl := (2*window)/1000 + 60_000
-	calls := make([]scriptCall, 0, len(keys))
-	for _, key := range keys {
-		k, err := r.redisKey(key, "lease")
+	calls := make([]scriptCall, 0, len(shards))
+	for _, shard := range shards {
+		k, err := r.redisKey(key, shard, "lease")
 		if err != nil {
 			return nil, err
 		}

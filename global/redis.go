@@ -142,17 +142,20 @@ func addrOf(c redis.UniversalClient) string {
 	return fmt.Sprintf("%T", c)
 }
 
-// redisKey builds the Redis key for a user key: the prefix, the key as a
-// hash tag so every key of one limit shares a slot, and a suffix. Braces
-// and the escape character are percent-encoded, so any bytes are safe and
-// the tag cannot end early.
-func (r *Redis) redisKey(key, suffix string) (string, error) {
-	base, err := r.keyBase(key)
+// redisKey builds the Redis key of key's shard (the zero Shard: key
+// itself): the prefix, the key and shard as a hash tag so every key of
+// one limit shares a slot, and a suffix. Braces and the escape character
+// are percent-encoded, so any bytes are safe and the tag cannot end
+// early; a shard ends the tag with "%#" and its number, which no key's
+// encoding holds (see Shard).
+func (r *Redis) redisKey(key string, shard Shard, suffix string) (string, error) {
+	base, err := r.keyBase(key, shard)
 	return base + suffix, err
 }
 
-// keyBase is every Redis key of key but for the suffix: prefix{tag}:.
-func (r *Redis) keyBase(key string) (string, error) {
+// keyBase is every Redis key of key's shard but for the suffix:
+// prefix{tag}:. MaxKeyLen bounds key, not what a shard adds.
+func (r *Redis) keyBase(key string, shard Shard) (string, error) {
 	if len(key) > r.cfg.MaxKeyLen {
 		return "", fmt.Errorf("%w: key of %d bytes is longer than RedisConfig.MaxKeyLen %d", ErrInvalid, len(key), r.cfg.MaxKeyLen)
 	}
@@ -161,6 +164,9 @@ func (r *Redis) keyBase(key string) (string, error) {
 	b.WriteString(r.cfg.Prefix)
 	b.WriteByte('{')
 	writeTag(&b, key)
+	if shard.n != 0 {
+		b.WriteString(shard.String())
+	}
 	b.WriteString("}:")
 	return b.String(), nil
 }
@@ -176,7 +182,9 @@ func strictCall(base string, limit Limit, n int64, gcra, sw *redis.Script, reply
 }
 
 // writeTag writes key as a hash tag: the characters that would end or
-// open one, and the escape itself, as %XX.
+// open one, and the escape itself, as %XX. So a '%' it writes is always
+// followed by two hex digits, which is what keeps shards' names apart
+// from every key's (see Shard).
 func writeTag(b *strings.Builder, key string) {
 	for i := 0; i < len(key); i++ {
 		switch c := key[i]; c {
@@ -235,7 +243,7 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scr
 	if u.Consumed < 0 || u.Demand < 0 {
 		return scriptCall{}, fmt.Errorf("%w: key %q: Consumed and Demand must not be negative", ErrInvalid, u.Key)
 	}
-	base, err := r.keyBase(u.Key)
+	base, err := r.keyBase(u.Key, u.Shard)
 	if err != nil {
 		return scriptCall{}, err
 	}
@@ -279,24 +287,33 @@ type Decision struct {
 
 	// Shards, when not zero, says that nothing was decided: the key is
 	// split fleet-wide into Shards shards (see MarkShards) for ShardedFor
-	// more, and the request must be decided on ShardKeys(key, Shards).
+	// more, and the request must be decided on one of ShardsOf(key,
+	// Shards), with AllowShard.
 	Shards     int
 	ShardedFor time.Duration
 }
 
 // Allow decides n requests for key against limit in Redis: one round trip
 // per call, exact across the fleet. It is the strict mode, and the
-// baseline the hybrid mode is measured against. While key is marked as
-// split into shards (MarkShards), Allow decides nothing and says so in
+// baseline the hybrid mode is measured against. n may be 0, to learn
+// how key stands, deciding nothing. While key is marked as split into
+// shards (MarkShards), Allow decides nothing and says so in
 // Decision.Shards.
 func (r *Redis) Allow(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
+	return r.AllowShard(ctx, key, Shard{}, limit, n)
+}
+
+// AllowShard is Allow on one of key's shards (see ShardsOf): the part of
+// a key split by MarkShards that a request is decided on, against
+// limit, the shard's part of the key's.
+func (r *Redis) AllowShard(ctx context.Context, key string, shard Shard, limit Limit, n int64) (Decision, error) {
 	if err := limit.Validate(); err != nil {
 		return Decision{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if n < 0 {
 		return Decision{}, fmt.Errorf("%w: Allow's n is %d; it must not be negative", ErrInvalid, n)
 	}
-	base, err := r.keyBase(key)
+	base, err := r.keyBase(key, shard)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -306,5 +323,5 @@ func (r *Redis) Allow(ctx context.Context, key string, limit Limit, n int64) (De
 	if err != nil {
 		return Decision{}, err
 	}
-	return r.decisionOf(key, limit, v)
+	return r.decisionOf(key+shard.String(), limit, v)
 }

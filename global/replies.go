@@ -39,11 +39,12 @@ func (r *Redis) corrupt(key, format string, a ...any) error {
 // grantOf reads and checks a lease script's reply v to u (see
 // leaseTokenBucket).
 func (r *Redis) grantOf(u Usage, v []int64) (Grant, error) {
+	key := u.Key + u.Shard.String()
 	if v[8] != 0 {
-		err := r.check(u.Key, bound{"a shard count", v[8], 2, MaxShards}, bound{"a mark lasting µs", v[9], 0, math.MaxInt64})
+		err := r.check(key, bound{"a shard count", v[8], 2, MaxShards}, bound{"a mark lasting µs", v[9], 0, math.MaxInt64})
 		return Grant{Shards: int(v[8]), ShardedFor: durationOf(v[9])}, err
 	}
-	err := r.check(u.Key,
+	err := r.check(key,
 		bound{"a lease", v[0], 0, min(u.Limit.burst(), u.Demand, MaxLimit)},
 		bound{"a lease TTL µs", v[1], 0, math.MaxInt64},
 		bound{"used", v[2], 0, math.MaxInt64},

@@ -147,9 +147,16 @@ func (s Shares) String() string {
 	return fmt.Sprintf("Shares(%d)", int(s))
 }
 
-// Usage is what a node did with one key since its last sync.
+// Usage is what a node did with one key, or one of its shards, since its
+// last sync.
 type Usage struct {
-	Key   string
+	Key string
+	// Shard, when not zero, is the shard of Key (see ShardsOf) this
+	// usage is for: a key whose leases a Syncer split (Grant.Shards) is
+	// leased from, and reported to, its shards, each with its part of
+	// the limit. The zero Shard is the key itself. A Syncer that does
+	// not split keys refuses a Usage with a Shard.
+	Shard Shard
 	Limit Limit
 	// Consumed is how many requests the node admitted for the key since
 	// its last sync. Consumption beyond the last lease (say, spent while
@@ -207,8 +214,9 @@ type Grant struct {
 	// the reported consumption was applied: the key's leases are split
 	// fleet-wide into Shards shards (see Redis.MarkLeaseShards) for
 	// ShardedFor more (0 once the split has ended and awaits its merge),
-	// and are to be taken from, and consumption reported to,
-	// ShardKeys(key, Shards). Only a Syncer that shards keys sets it.
+	// and are to be taken from, and consumption reported to, the key's
+	// ShardsOf(key, Shards), in Usage.Shard. Only a Syncer that shards
+	// keys sets it.
 	Shards     int
 	ShardedFor time.Duration
 }

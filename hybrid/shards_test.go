@@ -19,9 +19,10 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// bucketStore is a Strict store in memory: a GCRA bucket per key name, as
-// Redis keeps one per key, and shard marks, on the test's clock, as
-// global.Redis keeps them. It counts calls per key. Real Redis runs the
+// bucketStore is a Strict store in memory: a GCRA bucket per key name
+// (a shard's named key + Shard.String()), as Redis keeps one per key,
+// and shard marks, on the test's clock, as global.Redis keeps them. It
+// counts calls per name. Real Redis runs the
 // same contract in global's TestMarkShards and TestChargeAtLeast, and
 // under a fleet in TestStrictShardsFleetWide.
 type bucketStore struct {
@@ -52,6 +53,14 @@ func (s *bucketStore) MarkShards(_ context.Context, key string, shards int, ttl 
 	}
 	s.marks[key] = mark{shards, s.clk.Now().Add(ttl)}
 	return shards, nil
+}
+
+func (s *bucketStore) ChargeShardAtLeast(ctx context.Context, key string, sh global.Shard, lim global.Limit, used int64) error {
+	return s.ChargeAtLeast(ctx, key+sh.String(), lim, used)
+}
+
+func (s *bucketStore) AllowShard(ctx context.Context, key string, sh global.Shard, lim global.Limit, n int64) (global.Decision, error) {
+	return s.Allow(ctx, key+sh.String(), lim, n)
 }
 
 func (s *bucketStore) ChargeAtLeast(_ context.Context, key string, lim global.Limit, used int64) error {
@@ -108,7 +117,7 @@ func (s *bucketStore) shardCalls(key string) (own int, shards map[string]int) {
 		switch {
 		case k == key:
 			own += n
-		case strings.HasPrefix(k, key+"#"):
+		case strings.HasPrefix(k, key+"%#"):
 			shards[k] += n
 		}
 	}
@@ -274,8 +283,8 @@ func TestStrictShardsFleetWide(t *testing.T) {
 	r := redisSyncer(t, s)
 	per := global.Limit{Limit: limit / hybrid.DefaultHotKeyShards, Window: time.Second}
 	left := int64(0)
-	for _, key := range global.ShardKeys("tenant", hybrid.DefaultHotKeyShards) {
-		d, err := r.Allow(context.Background(), key, per, 0)
+	for _, sh := range global.ShardsOf("tenant", hybrid.DefaultHotKeyShards) {
+		d, err := r.AllowShard(context.Background(), "tenant", sh, per, 0)
 		require.NoError(t, err)
 		left += d.Remaining
 	}
