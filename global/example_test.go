@@ -21,9 +21,12 @@ func ExampleRedis_Sync() {
 		ContextTimeoutEnabled: true, // so a dead Redis fails within the Syncer's timeout
 	})
 	defer client.Close()
+	// NewRedis checks its config and does not wait for Redis: a node
+	// starts while Redis is down, and its syncs fail as unreachable
+	// until Redis is back.
 	syncer, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client})
 	if err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // a mistake in the config, such as a client without ContextTimeoutEnabled
 	}
 	resp, err := syncer.Sync(context.Background(), &global.Request{
 		Node:     "api-7",
@@ -43,6 +46,13 @@ func ExampleRedis_Sync() {
 		log.Fatal(err)
 	}
 	g := resp.Grants[0]
+	if g.Err != nil {
+		// This key alone failed: a bad limit (ErrInvalid), or state in
+		// Redis no node wrote (ErrCorrupt). Treat it as the key's
+		// policy says to treat a key the fleet cannot answer.
+		log.Printf("tenant:acme: %v", g.Err)
+		return
+	}
 	fmt.Printf("may spend %d in the next %v; %d nodes share the key\n", g.Lease, g.TTL, g.Nodes)
 }
 
@@ -57,10 +67,12 @@ func ExampleRedis_Allow() {
 	}
 	d, err := syncer.Allow(context.Background(), "login:alice",
 		global.Limit{Algorithm: global.SlidingWindow, Limit: 5, Window: time.Minute}, 1)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if !d.Allowed {
+	switch {
+	case err != nil:
+		// Redis unreachable (ErrUnreachable) or the key's state corrupt
+		// (ErrCorrupt): nothing was decided; refuse, or fall back.
+		log.Printf("login:alice: %v", err)
+	case !d.Allowed:
 		fmt.Println("try again in", d.RetryAfter)
 	}
 }

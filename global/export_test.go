@@ -2,7 +2,13 @@ package global
 
 // RedisKeyForTest is the Redis key a Redis with prefix writes for key.
 func RedisKeyForTest(prefix, key, suffix string) string {
+	return RedisShardKeyForTest(prefix, key, Shard{}, suffix)
+}
+
+// RedisShardKeyForTest is the Redis key a Redis with prefix writes for
+// key's shard.
+func RedisShardKeyForTest(prefix, key string, shard Shard, suffix string) string {
 	r := &Redis{cfg: RedisConfig{Prefix: prefix, MaxKeyLen: 1 << 20}}
-	k, _ := r.redisKey(key, suffix)
+	k, _ := r.redisKey(key, shard, suffix)
 	return k
 }

@@ -50,7 +50,7 @@ func TestNewRedisRejectsBadConfig(t *testing.T) {
 		{"brace in prefix", global.RedisConfig{Client: good, Prefix: "a{b"}, "RedisConfig.Prefix"},
 		{"negative timeout", global.RedisConfig{Client: good, Timeout: -1}, "RedisConfig.Timeout"},
 		{"negative key len", global.RedisConfig{Client: good, MaxKeyLen: -1}, "RedisConfig.MaxKeyLen"},
-		{"client may hang", global.RedisConfig{Client: slow}, "ContextTimeoutEnabled"},
+		{"client may hang", global.RedisConfig{Client: slow}, "redis.Options{ContextTimeoutEnabled: true}"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -472,10 +472,13 @@ func TestRedisSilent(t *testing.T) {
 		DisableIdentity: true, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 200 * time.Millisecond})
+	require.NoError(t, err, "NewRedis does not wait on Redis")
 	start := time.Now()
-	_, err = global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 200 * time.Millisecond})
+	_, err = r.Sync(context.Background(), oneKey("k"))
 	elapsed := time.Since(start)
 	require.ErrorIs(t, err, global.ErrUnreachable)
+	assert.Contains(t, err.Error(), ln.Addr().String())
 	assert.Less(t, elapsed, 400*time.Millisecond, "the call must give up at its timeout")
 	t.Logf("silent Redis: %v after %v", err, elapsed.Round(time.Millisecond))
 }

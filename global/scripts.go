@@ -1,6 +1,10 @@
 package global
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // The Lua scripts run atomically in Redis and take the time from Redis's
 // own TIME, so nodes' clocks never matter. Times inside are microseconds
@@ -24,24 +28,67 @@ import "github.com/redis/go-redis/v9"
 // fields are deleted and its lease, if unspent, is simply gone (the bucket
 // refills regardless).
 
+// storedNum starts every script that reads state: values read back from
+// Redis are not trusted. A hash field or string a script never wrote,
+// or a number out of the range a script keeps it in (nan, inf, a
+// negative time, a shard count of 0), fails the call with an error
+// starting CORRUPT, rather than leasing, deciding or charging from it:
+// tonumber of garbage is nil, which the scripts would read as a fresh
+// key, or nan, which every comparison lets through. huge, 2^62, bounds
+// every number kept, so that no reply can overflow an int64; counts
+// written are kept within it (clampN).
+var storedNum = `
+local huge = 4611686018427387904
+local maxShards = ` + strconv.Itoa(MaxShards) + `
+
+local function broken(why)
+  error('CORRUPT ' .. why, 0)
+end
+
+local function corrupt(what, v)
+  broken(what .. ' holds ' .. string.format('%q', string.sub(tostring(v), 1, 40)))
+end
+
+-- stored is v, a value read for what, as a number no less than lo; nil
+-- if there was none (HMGET and GET give false).
+local function stored(v, what, lo)
+  if not v then return nil end
+  local x = tonumber(v)
+  if x == nil or x ~= x or x < lo or x > huge then corrupt(what, v) end
+  return x
+end
+
+-- shardCount is v, a shard count read for what: a whole number from 2
+-- to maxShards, or nil if there was none.
+local function shardCount(v, what)
+  local n = stored(v, what, 2)
+  if n and (n > maxShards or n ~= math.floor(n)) then corrupt(what, v) end
+  return n
+end
+
+local function clampN(x)
+  return math.max(-huge, math.min(huge, x))
+end
+`
+
 // leaseCommon is shared by both lease scripts: it reads the node fields,
 // computes the active nodes and total demand, and forgets stale nodes.
+// It follows storedNum.
 const leaseCommon = `
 local function nodes(key, node, now, stale, demand)
   local all = redis.call('HGETALL', key)
+  local h = {}
+  for i = 1, #all, 2 do h[all[i]] = all[i + 1] end
   local total, count = demand, 1
-  for i = 1, #all, 2 do
-    local f = all[i]
+  for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
       local n = string.sub(f, 3)
       if n ~= node then
-        local seen = tonumber(all[i + 1])
-        if now - seen > stale then
+        if now - stored(v, f, 0) > stale then
           redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n)
         else
           count = count + 1
-          local d = tonumber(redis.call('HGET', key, 'd:' .. n)) or 0
-          total = total + d
+          total = total + (stored(h['d:' .. n], 'd:' .. n, 0) or 0)
         end
       end
     end
@@ -77,16 +124,18 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 `
 
 // tokenRefill refills a token bucket holding tokens at ts to now, at
-// rate per microsecond, up to burst.
+// rate per microsecond, up to burst (which a bucket kept under a larger
+// burst is brought down to at once).
 const tokenRefill = `
 local function refill(tokens, ts, now, rate, burst)
-  if now > ts then return math.min(burst, tokens + (now - ts) * rate) end
-  return tokens
+  if now > ts then tokens = tokens + (now - ts) * rate end
+  return math.min(burst, tokens)
 end
 `
 
 // slidingRoll moves a sliding window's counts to window w: st holds the
-// stored window number, its count and the previous window's count.
+// stored window number, its count and the previous window's count. It
+// follows storedNum.
 // estimate weighs the previous window's count by the part of the
 // sliding window still over it, elapsed into the current one.
 const slidingRoll = `
@@ -95,8 +144,8 @@ local function estimate(cur, prevc, window, elapsed)
 end
 
 local function roll(w, st)
-  local sw = tonumber(st[1]) or w
-  local cur, prevc = tonumber(st[2]) or 0, tonumber(st[3]) or 0
+  local sw = stored(st[1], 'w', 0) or w
+  local cur, prevc = stored(st[2], 'cur', 0) or 0, stored(st[3], 'prev', 0) or 0
   if sw == w - 1 then
     return 0, cur
   elseif sw < w - 1 then
@@ -125,7 +174,7 @@ end
 // ttl_ms, equal ("1": equal shares, else demand-weighted).
 // Returns {lease, lease_ttl_us, used, remaining, nodes, weight*1e6,
 // reset_after_us, now_us, 0, 0}, or leaseGuard's answer.
-var leaseTokenBucket = redis.NewScript(leaseCommon + tokenRefill + redisNow + leaseGuard + `
+var leaseTokenBucket = redis.NewScript(storedNum + leaseCommon + tokenRefill + redisNow + leaseGuard + `
 local key, node = KEYS[1], ARGV[1]
 local limit, window, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local consumed, demand, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -133,12 +182,12 @@ local stale, ttl, equal = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
 local rate = limit / window
 
 local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node)
-local tokens = refill(tonumber(st[1]) or burst, tonumber(st[2]) or now, now, rate, burst)
+local tokens = refill(stored(st[1], 'tokens', -huge) or burst, stored(st[2], 'ts', 0) or now, now, rate, burst)
 
 -- Settle the last lease: unspent tokens of a live lease come back; spending
 -- beyond it is debt.
-local prev = tonumber(st[3]) or 0
-local granted = tonumber(st[4]) or 0
+local prev = stored(st[3], 'l:' .. node, 0) or 0
+local granted = stored(st[4], 'g:' .. node, 0) or 0
 if consumed < prev then
   if now - granted <= 2 * interval then
     tokens = math.min(burst, tokens + (prev - consumed))
@@ -150,14 +199,14 @@ end
 local total, count = nodes(key, node, now, stale, demand)
 local weight = share(demand, total, count, equal)
 local lease = grantFrom(tokens, demand, weight, burst)
-tokens = tokens - lease
+tokens = clampN(tokens - lease)
 
 redis.call('HSET', key, 'tokens', tokens, 'ts', now,
   'l:' .. node, lease, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now)
 redis.call('PEXPIRE', key, ttl)
 
 local reset = 0
-if tokens < burst then reset = math.ceil((burst - tokens) / rate) end
+if tokens < burst then reset = math.min(huge, math.ceil((burst - tokens) / rate)) end
 local remaining = math.floor(tokens)
 if remaining < 0 then remaining = 0 end
 return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now, 0, 0}
@@ -167,7 +216,7 @@ return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.f
 // (burst unused). The lease is counted in the current window when granted;
 // what a node hands back is subtracted from the window it was counted in,
 // if that window still weighs.
-var leaseSlidingWindow = redis.NewScript(leaseCommon + slidingRoll + redisNow + leaseGuard + `
+var leaseSlidingWindow = redis.NewScript(storedNum + leaseCommon + slidingRoll + redisNow + leaseGuard + `
 local key, node = KEYS[1], ARGV[1]
 local limit, window = tonumber(ARGV[2]), tonumber(ARGV[3])
 local consumed, demand, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -177,8 +226,8 @@ local w = math.floor(now / window)
 local st = redis.call('HMGET', key, 'w', 'cur', 'prev', 'l:' .. node, 'g:' .. node)
 local cur, prevc = roll(w, st)
 
-local prev = tonumber(st[4]) or 0
-local lw = tonumber(st[5]) or w
+local prev = stored(st[4], 'l:' .. node, 0) or 0
+local lw = stored(st[5], 'g:' .. node, 0) or w
 if consumed < prev then
   local back = prev - consumed
   if lw == w then
@@ -198,7 +247,7 @@ if avail < 0 then avail = 0 end
 local total, count = nodes(key, node, now, stale, demand)
 local weight = share(demand, total, count, equal)
 local lease = grantFrom(avail, demand, weight, limit)
-cur = cur + lease
+cur = clampN(cur + lease)
 
 redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prevc,
   'l:' .. node, lease, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now)
@@ -229,24 +278,29 @@ local est = estimate(cur, prevc, window, elapsed)
 const gcraNow = redisNow + `
 local limit, window, burst, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local emission = window / limit
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
+local tat = stored(redis.call('GET', KEYS[1]), 'tat', 0) or now
 if tat < now then tat = now end
 `
 
 // shardedGuard answers, before a strict script decides, for a key marked
 // as split into shards: KEYS[2] holds the shard count, and expires when
-// the split ends. It returns {2, shards, 0, ttl_us}.
+// the split ends (a mark that never would is not one MarkShards set). It
+// returns {2, shards, 0, ttl_us}. It follows storedNum.
 const shardedGuard = `
-local shards = tonumber(redis.call('GET', KEYS[2]))
+local shards = shardCount(redis.call('GET', KEYS[2]), 'the shard mark')
 if shards then
-  return {2, shards, 0, redis.call('PTTL', KEYS[2]) * 1000}
+  local left = redis.call('PTTL', KEYS[2])
+  if left < 0 then broken('the shard mark has no ttl') end
+  return {2, shards, 0, left * 1000}
 end
 `
 
 // markShards: KEYS[1] the shard marker. ARGV: shards, ttl_ms. Keeps a
 // marker's shard count, renews its ttl. Returns {shards in force}.
-var markShards = redis.NewScript(`
-local n = tonumber(redis.call('GET', KEYS[1])) or tonumber(ARGV[1])
+var markShards = redis.NewScript(storedNum + `
+local n = shardCount(redis.call('GET', KEYS[1]), 'the shard mark')
+if n and redis.call('PTTL', KEYS[1]) < 0 then broken('the shard mark has no ttl') end
+n = n or tonumber(ARGV[1])
 redis.call('SET', KEYS[1], n, 'PX', ARGV[2])
 return {n}
 `)
@@ -255,12 +309,12 @@ return {n}
 // KEYS[1] holds the theoretical arrival time, KEYS[2] the shard marker.
 // ARGV: limit, window_us, burst, cost. Returns {allowed, remaining,
 // retry_after_us, reset_after_us}, or shardedGuard's answer.
-var strictGCRA = redis.NewScript(shardedGuard + gcraNow + `
+var strictGCRA = redis.NewScript(storedNum + shardedGuard + gcraNow + `
 local cost = n
 local tau = burst * emission
 local new = tat + cost * emission
 if cost > burst then
-  local remaining = math.floor((tau - (tat - now)) / emission)
+  local remaining = math.max(0, math.floor((tau - (tat - now)) / emission))
   return {0, remaining, -1, math.ceil(tat - now)}
 end
 if new - now > tau then
@@ -275,7 +329,7 @@ return {1, math.floor((tau - (new - now)) / emission), 0, math.ceil(new - now)}
 // strictSlidingWindow decides one request against a sliding window
 // counter in Redis. KEYS[1] is a hash {w, cur, prev}, KEYS[2] the shard
 // marker. ARGV: limit, window_us, cost. Returns as strictGCRA.
-var strictSlidingWindow = redis.NewScript(shardedGuard + slidingNow + `
+var strictSlidingWindow = redis.NewScript(storedNum + shardedGuard + slidingNow + `
 local cost = n
 if cost > limit then
   return {0, math.max(0, limit - est), -1, (w + 2) * window - now}
@@ -306,7 +360,7 @@ return {1, limit - est - cost, 0, (w + 2) * window - now}
 // + used emissions: what is left is then at most burst - used. Charging
 // twice charges once. KEYS[1] as strictGCRA. ARGV: limit, window_us,
 // burst, used. Returns {1}.
-var chargeGCRA = redis.NewScript(gcraNow + `
+var chargeGCRA = redis.NewScript(storedNum + gcraNow + `
 local floor = now + math.min(n, burst) * emission
 if floor > tat then
   redis.call('SET', KEYS[1], floor, 'PX', math.ceil((floor - now) / 1000) + 1)
@@ -318,7 +372,7 @@ return {1}
 // used, adding the difference to the current window's count. Charging
 // twice charges once. KEYS[1] as strictSlidingWindow. ARGV: limit,
 // window_us, used. Returns {1}.
-var chargeSlidingWindow = redis.NewScript(slidingNow + `
+var chargeSlidingWindow = redis.NewScript(storedNum + slidingNow + `
 local used = math.min(n, limit)
 if used > est then
   cur = cur + used - est
@@ -337,12 +391,15 @@ return {1}
 // state as the split froze it, before anyone charged it.
 
 // leaseMarkFn reads lease mark k at now: its shard count (nil if none),
-// its end, and the time left to it (not below zero).
+// its end, and the time left to it (not below zero). A mark has both or
+// neither. It follows storedNum.
 const leaseMarkFn = `
 local function leaseMark(k, now)
   local mk = redis.call('HMGET', k, 'n', 'until')
-  local ends = tonumber(mk[2]) or 0
-  return tonumber(mk[1]), ends, math.max(0, ends - now)
+  local n, ends = shardCount(mk[1], 'the lease mark'), stored(mk[2], 'the lease mark\'s end', 0)
+  if (n == nil) ~= (ends == nil) then broken('the lease mark has one of n and until') end
+  ends = ends or 0
+  return n, ends, math.max(0, ends - now)
 end
 `
 
@@ -357,7 +414,7 @@ local n, ends, left = leaseMark(KEYS[1], now)
 // shortening it, or sets one if there is none and shards is not 0.
 // Returns {shards in force, left_us}: {n, 0} for a mark that has ended
 // but not been merged, {0, 0} if there is none to extend.
-var markLease = redis.NewScript(leaseMarkNow + `
+var markLease = redis.NewScript(storedNum + leaseMarkNow + `
 local shards, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 if n then
   if left == 0 then return {n, 0} end
@@ -376,13 +433,13 @@ return {shards, ttl}
 
 // readLeaseMark: KEYS[1] a lease mark. Returns {shards, left_us}, {0, 0}
 // if there is none.
-var readLeaseMark = redis.NewScript(leaseMarkNow + `
+var readLeaseMark = redis.NewScript(storedNum + leaseMarkNow + `
 return {n or 0, left}
 `)
 
 // endLeaseMark: KEYS[1] a lease mark. Deletes it if it has ended.
 // Returns {1} if there is none left, {0} if it stands.
-var endLeaseMark = redis.NewScript(leaseMarkNow + `
+var endLeaseMark = redis.NewScript(storedNum + leaseMarkNow + `
 if n and left > 0 then return {0} end
 redis.call('DEL', KEYS[1])
 return {1}
@@ -404,14 +461,14 @@ if sw then
   used = estimate(cur, prevc, window, elapsed)
 else
   local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-  tokens = refill(tonumber(st[1]) or burst, tonumber(st[2]) or now, now, limit / window, burst)
+  tokens = refill(stored(st[1], 'tokens', -huge) or burst, stored(st[2], 'ts', 0) or now, now, limit / window, burst)
   used = math.max(0, math.ceil(burst - tokens))
 end
 `
 
 // leaseUsed: KEYS[1] a lease state hash. ARGV as leaseNow, n unused.
 // Returns {used}.
-var leaseUsed = redis.NewScript(leaseNow + `
+var leaseUsed = redis.NewScript(storedNum + leaseNow + `
 return {used}
 `)
 
@@ -421,7 +478,7 @@ return {used}
 // the state should live, and stale_us: nodes not seen for that long are
 // forgotten first, as the lease scripts forget them (0: none), so that
 // a node that comes back reports against no lease. Returns {1}.
-var chargeLease = redis.NewScript(leaseCommon + leaseNow + `
+var chargeLease = redis.NewScript(storedNum + leaseCommon + leaseNow + `
 local stale = tonumber(ARGV[7])
 if stale > 0 then
   nodes(KEYS[1], '', now, stale, 0) -- forgets them, as a lease script does

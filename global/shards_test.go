@@ -14,23 +14,74 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
-func TestShardKeys(t *testing.T) {
+// itself is the key itself, as the shard the lease calls take.
+var itself = []global.Shard{{}}
+
+func TestShardsOf(t *testing.T) {
 	t.Parallel()
 	for _, key := range []string{"tenant-1", "weird{key}%", ""} {
 		for _, n := range []int{1, 3, 12} {
-			keys := global.ShardKeys(key, n)
-			assert.Len(t, keys, n)
+			shards := global.ShardsOf(key, n)
+			assert.Len(t, shards, n)
 			seen := map[string]bool{}
-			for i, k := range keys {
+			for i, sh := range shards {
+				assert.NotZero(t, sh)
+				// The slot Redis computes for the shard as global names it.
+				k := global.RedisShardKeyForTest("hl:", key, sh, "gcra")
 				assert.False(t, seen[k], "distinct")
 				seen[k] = true
-				// The slot Redis computes for the key as global names it.
-				slot := redisslot.Of(global.RedisKeyForTest("hl:", k, "gcra"))
+				slot := redisslot.Of(k)
 				assert.GreaterOrEqual(t, slot, i*redisslot.Slots/n, "%q shard %d", key, i)
 				assert.Less(t, slot, (i+1)*redisslot.Slots/n, "%q shard %d", key, i)
 			}
 		}
 	}
+}
+
+// TestShardNames checks that no user key's Redis names are a shard's:
+// keys spelt as shards are, raw or escaped, and keys whose bytes are
+// the escape character, land elsewhere, and so do the shards of other
+// keys.
+func TestShardNames(t *testing.T) {
+	t.Parallel()
+	shards := map[string]string{} // Redis name -> whose shard
+	for _, key := range []string{"a", "a#0", "a%", "a%#0", "a%25#0", "a%23", "{a}", "a}%#0{"} {
+		for _, sh := range global.ShardsOf(key, 16) {
+			name := global.RedisShardKeyForTest("hl:", key, sh, "lease")
+			assert.NotContains(t, shards, name, "%q and %q share a shard", key, shards[name])
+			shards[name] = key + sh.String()
+		}
+	}
+	for _, key := range []string{"a%#0", "a%#1", "a#0", "a%25#0", "a%%#0", "a%23", "a%2#0", "a%#", "%#0"} {
+		for _, k := range []string{key, "a" + key} {
+			name := global.RedisKeyForTest("hl:", k, "lease")
+			assert.NotContains(t, shards, name, "user key %q names shard %s", k, shards[name])
+		}
+	}
+	assert.Equal(t, "", global.Shard{}.String())
+}
+
+// FuzzShardNames: no user key, whatever its bytes, is named in Redis as
+// a shard of any key, and distinct keys' shards are distinct.
+func FuzzShardNames(f *testing.F) {
+	for _, seed := range [][2]string{{"a#0", "a"}, {"a%#0", "a"}, {"a%25#0", "a"}, {"%#1", ""}, {"a}%#0{", "a}"}, {"b", "a%#0"}} {
+		f.Add(seed[0], seed[1], uint8(4))
+	}
+	f.Fuzz(func(t *testing.T, user, key string, n uint8) {
+		name := global.RedisKeyForTest("hl:", user, "lease")
+		for _, sh := range global.ShardsOf(key, int(n%16)+1) {
+			if s := global.RedisShardKeyForTest("hl:", key, sh, "lease"); s == name {
+				t.Fatalf("user key %q is named %s, as shard %s of %q", user, name, sh, key)
+			}
+			if user != key {
+				for _, other := range global.ShardsOf(user, int(n%16)+1) {
+					if global.RedisShardKeyForTest("hl:", user, other, "lease") == global.RedisShardKeyForTest("hl:", key, sh, "lease") {
+						t.Fatalf("%q and %q share a shard", user, key)
+					}
+				}
+			}
+		}
+	})
 }
 
 // TestMarkShards checks the fleet-wide shard marker: while it stands,
@@ -120,8 +171,14 @@ func TestChargeAtLeast(t *testing.T) {
 // sync1 syncs one key for node and returns its grant.
 func sync1(t *testing.T, r *global.Redis, node, key string, lim global.Limit, consumed, demand int64) global.Grant {
 	t.Helper()
+	return syncShard(t, r, node, key, global.Shard{}, lim, consumed, demand)
+}
+
+// syncShard syncs one shard of key for node and returns its grant.
+func syncShard(t *testing.T, r *global.Redis, node, key string, shard global.Shard, lim global.Limit, consumed, demand int64) global.Grant {
+	t.Helper()
 	resp, err := r.Sync(context.Background(), &global.Request{Node: node, Interval: time.Second,
-		Keys: []global.Usage{{Key: key, Limit: lim, Consumed: consumed, Demand: demand}}})
+		Keys: []global.Usage{{Key: key, Shard: shard, Limit: lim, Consumed: consumed, Demand: demand}}})
 	require.NoError(t, err)
 	require.NoError(t, resp.Grants[0].Err)
 	return resp.Grants[0]
@@ -237,9 +294,9 @@ func TestLeaseUsedAndCharge(t *testing.T) {
 				require.Equal(t, tc.leased, sync1(t, r, "a", key, lim, 0, tc.leased).Lease)
 			}
 			for _, c := range tc.charges {
-				require.NoError(t, r.ChargeLeasesAtLeast(ctx, []string{key}, lim, c, 0))
+				require.NoError(t, r.ChargeLeasesAtLeast(ctx, key, itself, lim, c, 0))
 			}
-			used, err := r.LeaseUsed(ctx, []string{key}, lim)
+			used, err := r.LeaseUsed(ctx, key, itself, lim)
 			require.NoError(t, err)
 			assert.Equal(t, tc.used, used, "%v %s", alg, tc.name)
 			// a hands its lease back: what was charged stays.
@@ -247,18 +304,19 @@ func TestLeaseUsedAndCharge(t *testing.T) {
 			assert.Equal(t, max(tc.used-tc.leased, 0), g.Used, "%v %s: the lease came back, the charge stays", alg, tc.name)
 		}
 		// Summed over keys, as over a key's shards.
-		keys := global.ShardKeys("lsum-"+alg.String(), 3)
-		for i, key := range keys {
-			sync1(t, r, "a", key, lim, 0, int64(10*(i+1)))
+		key := "lsum-" + alg.String()
+		shards := global.ShardsOf(key, 3)
+		for i, sh := range shards {
+			syncShard(t, r, "a", key, sh, lim, 0, int64(10*(i+1)))
 		}
-		used, err := r.LeaseUsed(ctx, keys, lim)
+		used, err := r.LeaseUsed(ctx, key, shards, lim)
 		require.NoError(t, err)
 		assert.Equal(t, int64(60), used, alg)
 	}
-	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, []string{"k"}, global.Limit{}, 5, 0), global.ErrInvalid)
+	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, "k", itself, global.Limit{}, 5, 0), global.ErrInvalid)
 	lim := global.Limit{Limit: 1000, Window: time.Hour}
-	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, []string{"k"}, lim, 5, -time.Second), global.ErrInvalid)
-	_, err := r.LeaseUsed(ctx, []string{"k"}, global.Limit{})
+	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, "k", itself, lim, 5, -time.Second), global.ErrInvalid)
+	_, err := r.LeaseUsed(ctx, "k", itself, global.Limit{})
 	require.ErrorIs(t, err, global.ErrInvalid)
 }
 
@@ -278,7 +336,7 @@ func TestChargeForgetsStaleNodes(t *testing.T) {
 		require.Equal(t, int64(100), sync1(t, r, "old", key, lim, 0, 100).Lease)
 		time.Sleep(400 * time.Millisecond)
 		require.Equal(t, int64(100), sync1(t, r, "new", key, lim, 0, 100).Lease)
-		require.NoError(t, r.ChargeLeasesAtLeast(ctx, []string{key}, lim, 0, 50*time.Millisecond))
+		require.NoError(t, r.ChargeLeasesAtLeast(ctx, key, itself, lim, 0, 50*time.Millisecond))
 		// old's lease of 100 is forgotten, still counted as spent: its
 		// report of 30 is 30 more, not 70 handed back.
 		g := sync1(t, r, "old", key, lim, 30, 0)
@@ -287,4 +345,36 @@ func TestChargeForgetsStaleNodes(t *testing.T) {
 		g = sync1(t, r, "new", key, lim, 30, 0)
 		assert.Equal(t, int64(160), g.Used, alg)
 	}
+}
+
+// TestShardStateUnreachable spends, on a real Redis, every user key
+// spelt as a shard of tenant:victim once was (the key, '#', a number) or
+// might be ('%#', or '%' spelt %25), both as strict keys and as leases,
+// each within its own limit: the victim's shards, strict and lease,
+// must be untouched.
+func TestShardStateUnreachable(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	const victim, n = "tenant:victim", 12
+	per := global.Limit{Limit: 10, Window: time.Minute}
+	for i := range 200 {
+		for _, sep := range []string{"#", "%#", "%25#"} {
+			key := victim + sep + fmt.Sprint(i)
+			d, err := r.Allow(ctx, key, per, per.Limit)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			require.Equal(t, per.Limit, sync1(t, r, "attacker", key, per, 0, per.Limit).Lease)
+		}
+	}
+	strictLeft, leased := int64(0), int64(0)
+	for _, shard := range global.ShardsOf(victim, n) {
+		d, err := r.AllowShard(ctx, victim, shard, per, 0)
+		require.NoError(t, err)
+		strictLeft += d.Remaining
+		leased += syncShard(t, r, "victim", victim, shard, per, 0, per.Limit).Lease
+	}
+	assert.Equal(t, n*per.Limit, strictLeft, "the strict shards are whole")
+	assert.Equal(t, n*per.Limit, leased, "the lease shards are whole")
 }

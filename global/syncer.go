@@ -52,6 +52,11 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", int(a))
 }
 
+// MaxLimit is the largest Limit.Limit and Limit.Burst, and the most that
+// Usage.Consumed and Usage.Demand count: 2^53, the largest count Redis's
+// Lua numbers (doubles) hold exactly.
+const MaxLimit = 1 << 53
+
 // Limit is a key's fleet-wide limit.
 type Limit struct {
 	Algorithm Algorithm
@@ -69,12 +74,12 @@ func (l Limit) Validate() error {
 	switch {
 	case l.Algorithm != TokenBucket && l.Algorithm != SlidingWindow:
 		return fmt.Errorf("global: Limit.Algorithm %d is not a known algorithm", int(l.Algorithm))
-	case l.Limit < 1:
-		return fmt.Errorf("global: Limit.Limit is %d; it must be at least 1", l.Limit)
+	case l.Limit < 1 || l.Limit > MaxLimit:
+		return fmt.Errorf("global: Limit.Limit is %d; it must be between 1 and MaxLimit (%d)", l.Limit, int64(MaxLimit))
 	case l.Window < time.Millisecond:
 		return fmt.Errorf("global: Limit.Window is %v; it must be at least 1ms", l.Window)
-	case l.Burst < 0:
-		return fmt.Errorf("global: Limit.Burst is %d; it must not be negative", l.Burst)
+	case l.Burst < 0 || l.Burst > MaxLimit:
+		return fmt.Errorf("global: Limit.Burst is %d; it must be between 0 and MaxLimit (%d)", l.Burst, int64(MaxLimit))
 	}
 	return nil
 }
@@ -142,16 +147,25 @@ func (s Shares) String() string {
 	return fmt.Sprintf("Shares(%d)", int(s))
 }
 
-// Usage is what a node did with one key since its last sync.
+// Usage is what a node did with one key, or one of its shards, since its
+// last sync.
 type Usage struct {
-	Key   string
+	Key string
+	// Shard, when not zero, is the shard of Key (see ShardsOf) this
+	// usage is for: a key whose leases a Syncer split (Grant.Shards) is
+	// leased from, and reported to, its shards, each with its part of
+	// the limit. The zero Shard is the key itself. A Syncer that does
+	// not split keys refuses a Usage with a Shard.
+	Shard Shard
 	Limit Limit
 	// Consumed is how many requests the node admitted for the key since
 	// its last sync. Consumption beyond the last lease (say, spent while
-	// the fleet was unreachable) is charged to the global budget.
+	// the fleet was unreachable) is charged to the global budget. It
+	// counts up to MaxLimit.
 	Consumed int64
 	// Demand is how many requests the node expects to see for the key
-	// over the next interval; the Syncer leases up to this much.
+	// over the next interval; the Syncer leases up to this much. It
+	// counts up to MaxLimit.
 	Demand int64
 }
 
@@ -191,25 +205,39 @@ type Grant struct {
 	// ResetAfter is how long until the fleet's bucket is full again, if
 	// nothing more is spent.
 	ResetAfter time.Duration
-	// Err is set if this key's usage was rejected (a bad limit or key); the
-	// other fields are then zero.
+	// Err is set if this key failed alone: its usage was rejected (a
+	// bad limit or key, wrapping ErrInvalid) or the store's state for it
+	// is corrupt (wrapping ErrCorrupt). The other fields are then zero.
 	Err error
 
 	// Shards, when not zero, says that nothing was granted and none of
 	// the reported consumption was applied: the key's leases are split
 	// fleet-wide into Shards shards (see Redis.MarkLeaseShards) for
 	// ShardedFor more (0 once the split has ended and awaits its merge),
-	// and are to be taken from, and consumption reported to,
-	// ShardKeys(key, Shards). Only a Syncer that shards keys sets it.
+	// and are to be taken from, and consumption reported to, the key's
+	// ShardsOf(key, Shards), in Usage.Shard. Only a Syncer that shards
+	// keys sets it.
 	Shards     int
 	ShardedFor time.Duration
 }
 
 // ErrUnreachable is wrapped by errors that mean the fleet could not be
-// reached: a connection refused or reset, a timeout, a cluster that is
-// down. The caller should keep limiting locally and try again later.
+// reached, or cannot take writes: a connection refused or reset, a
+// timeout, a cluster that is down, a Redis out of memory or read-only.
+// The caller should keep limiting locally and try again later.
 var ErrUnreachable = errors.New("global: fleet unreachable")
 
 // ErrInvalid is wrapped by errors that mean the request itself was wrong;
 // retrying it unchanged will fail again.
 var ErrInvalid = errors.New("global: invalid request")
+
+// ErrCorrupt is wrapped by errors that mean the fleet's store holds, or
+// answered, for one key, what no node of the fleet could have written:
+// a number out of range (nan, a negative count, a shard count of 0), a
+// value of another type. Values read back from the store are not
+// trusted, and nothing is leased, decided or charged from such a value.
+// It is that key's failure, not an outage (the store answered) nor the
+// caller's mistake: the caller should treat the key as it treats a key
+// the fleet cannot answer (its policy's FailMode), and say so. The key
+// recovers when its state expires or is deleted.
+var ErrCorrupt = errors.New("global: corrupt state in the store")

@@ -14,7 +14,7 @@ import (
 // whatever its traffic, and each script reads every node's fields: at
 // hundreds of nodes one key's master is the fleet's bottleneck. So a key
 // whose fleet-wide sync load reaches Config.HotLeaseSyncs is split into
-// min(HotKeyShards, nodes/4) shards (global.ShardKeys), each holding its
+// min(HotKeyShards, nodes/4) shards (global.ShardsOf), each holding its
 // part of the limit and spread over the Cluster's masters. Each node
 // leases from a home shard, picked by hashing its name with the key, and
 // when the home shard grants less than it asked, from the next shard for
@@ -55,8 +55,8 @@ import (
 // Every charge is idempotent (the largest counts), so any number of
 // nodes may split or merge a key together.
 type leaseShards struct {
-	keys     []string
-	limit    global.Limit // each shard's: the policy's, divided
+	keys     []global.Shard // the key's shards in the store
+	limit    global.Limit   // each shard's: the policy's, divided
 	home     int
 	until    int64    // when the mark ends, as last heard; never later than in Redis
 	lease    [2]int64 // this node's outstanding lease at the home shard and the next
@@ -84,10 +84,6 @@ func (l *Limiter) wantsTopUp(ls *leaseShards, lease, requested, sent int64) bool
 	}
 	return true
 }
-
-// maxShardSuffix is room for what global.ShardKeys adds to a key: a
-// shard's name must be as acceptable as the key's.
-const maxShardSuffix = 8
 
 // leaseMarkIntervals is how long, in intervals, a lease shard mark lasts
 // when set or renewed, unless SyncTimeout is long (see leaseMarkTTL).
@@ -117,15 +113,20 @@ type LeaseShardDirectory interface {
 	// EndLeaseShards drops key's mark if it has ended, once key has been
 	// charged with what its shards spent.
 	EndLeaseShards(ctx context.Context, key string) (bool, error)
-	// LeaseUsed returns what keys' lease states show spent, summed.
-	LeaseUsed(ctx context.Context, keys []string, limit global.Limit) (int64, error)
-	// ChargeLeasesAtLeast makes each of keys' lease states show at least
-	// used spent; charging twice charges once. Nodes not seen for three
-	// intervals are forgotten first.
-	ChargeLeasesAtLeast(ctx context.Context, keys []string, limit global.Limit, used int64, interval time.Duration) error
+	// LeaseUsed returns what the lease states of key's shards show
+	// spent, summed; the zero Shard is key itself.
+	LeaseUsed(ctx context.Context, key string, shards []global.Shard, limit global.Limit) (int64, error)
+	// ChargeLeasesAtLeast makes the lease state of each of key's shards
+	// (the zero Shard: key itself) show at least used spent; charging
+	// twice charges once. Nodes not seen for three intervals are
+	// forgotten first.
+	ChargeLeasesAtLeast(ctx context.Context, key string, shards []global.Shard, limit global.Limit, used int64, interval time.Duration) error
 }
 
 var _ LeaseShardDirectory = (*global.Redis)(nil)
+
+// itself is the key itself, as LeaseShardDirectory's shards.
+var itself = []global.Shard{{}}
 
 // errUnsettled marks a grant whose report reached no fleet state: it is
 // reported again at the next sync.
@@ -145,7 +146,7 @@ func (l *Limiter) newLeaseShards(k *keyState, n int, until int64) *leaseShards {
 	if k.handover.pending {
 		counted = k.handover.held // merged, and split again before a report
 	}
-	return &leaseShards{keys: global.ShardKeys(k.key, n), limit: per, home: home, until: until,
+	return &leaseShards{keys: global.ShardsOf(k.key, n), limit: per, home: home, until: until,
 		fresh: true, keyLease: counted}
 }
 
@@ -241,17 +242,17 @@ func (l *Limiter) heard(ctx context.Context, k *keyState, n int, left time.Durat
 // mark and the second charge can absorb.
 func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
 	n := min(l.cfg.HotKeyShards, k.nodes/4)
-	if n < 2 || !divisible(k.pol.limit, n) || len(k.key)+maxShardSuffix > l.cfg.MaxKeyLen {
+	if n < 2 || !divisible(k.pol.limit, n) {
 		return
 	}
 	per, _ := splitLimit(k.pol.limit, n)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
 	defer cancel()
-	before, err := l.ldir.LeaseUsed(cctx, []string{k.key}, k.pol.limit)
+	before, err := l.ldir.LeaseUsed(cctx, k.key, itself, k.pol.limit)
 	if err != nil {
 		return
 	}
-	if err := l.ldir.ChargeLeasesAtLeast(cctx, global.ShardKeys(k.key, n), per, before/int64(n), l.cfg.Interval); err != nil {
+	if err := l.ldir.ChargeLeasesAtLeast(cctx, k.key, global.ShardsOf(k.key, n), per, before/int64(n), l.cfg.Interval); err != nil {
 		return
 	}
 	sent := l.now()
@@ -262,8 +263,8 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
 	if m != n {
 		per, _ = splitLimit(k.pol.limit, m)
 	}
-	if used, err := l.ldir.LeaseUsed(cctx, []string{k.key}, k.pol.limit); err == nil {
-		_ = l.ldir.ChargeLeasesAtLeast(cctx, global.ShardKeys(k.key, m), per, used/int64(m), l.cfg.Interval)
+	if used, err := l.ldir.LeaseUsed(cctx, k.key, itself, k.pol.limit); err == nil {
+		_ = l.ldir.ChargeLeasesAtLeast(cctx, k.key, global.ShardsOf(k.key, m), per, used/int64(m), l.cfg.Interval)
 	}
 	k.lshards = l.newLeaseShards(k, m, sent+int64(left))
 }
@@ -276,11 +277,11 @@ func (l *Limiter) mergeLeases(ctx context.Context, k *keyState) {
 	ls := k.lshards
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
 	defer cancel()
-	used, err := l.ldir.LeaseUsed(cctx, ls.keys, ls.limit)
+	used, err := l.ldir.LeaseUsed(cctx, k.key, ls.keys, ls.limit)
 	if err != nil {
 		return // the shards lend nothing now; try again at the next sync
 	}
-	if err := l.ldir.ChargeLeasesAtLeast(cctx, []string{k.key}, k.pol.limit, used, l.cfg.Interval); err != nil {
+	if err := l.ldir.ChargeLeasesAtLeast(cctx, k.key, itself, k.pol.limit, used, l.cfg.Interval); err != nil {
 		return
 	}
 	if ended, err := l.ldir.EndLeaseShards(cctx, k.key); err != nil || !ended {
@@ -390,10 +391,10 @@ func (l *Limiter) shardUsages(req *global.Request, tg []target, j int, k *keySta
 		home = c - next
 	}
 	next += ls.owed
-	req.Keys = append(req.Keys, global.Usage{Key: ls.keys[ls.home], Limit: ls.limit, Consumed: home, Demand: demand})
+	req.Keys = append(req.Keys, global.Usage{Key: k.key, Shard: ls.keys[ls.home], Limit: ls.limit, Consumed: home, Demand: demand})
 	tg = append(tg, target{j, homeShard})
 	if ls.lease[1] > 0 || next > 0 {
-		req.Keys = append(req.Keys, global.Usage{Key: ls.keys[ls.next()], Limit: ls.limit, Consumed: next})
+		req.Keys = append(req.Keys, global.Usage{Key: k.key, Shard: ls.keys[ls.next()], Limit: ls.limit, Consumed: next})
 		tg = append(tg, target{j, settleNext})
 	}
 	return tg
@@ -418,7 +419,7 @@ func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, o
 		}
 		// The next shard was settled in the first round trip (or held
 		// nothing): this asks only for the rest.
-		req.Keys = append(req.Keys, global.Usage{Key: ls.keys[ls.next()], Limit: ls.limit, Demand: k.requested - ls.lease[0]})
+		req.Keys = append(req.Keys, global.Usage{Key: k.key, Shard: ls.keys[ls.next()], Limit: ls.limit, Demand: k.requested - ls.lease[0]})
 		tg = append(tg, target{j, topUpNext})
 	}
 	s.targets = tg

@@ -18,11 +18,12 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// leaseStamp is when key's lease state was last written by a lease
-// script on c, in Redis's microseconds; 0 if never.
-func leaseStamp(t *testing.T, c redis.UniversalClient, key string) int64 {
+// leaseStamp is when the lease state of key's shard (the zero Shard: key
+// itself) was last written by a lease script on c, in Redis's
+// microseconds; 0 if never.
+func leaseStamp(t *testing.T, c redis.UniversalClient, key string, sh global.Shard) int64 {
 	t.Helper()
-	ts, _ := hgetInt(t, c, key, "ts")
+	ts, _ := hgetShardInt(t, c, key, sh, "ts")
 	return ts
 }
 
@@ -82,18 +83,18 @@ func TestLeaseShardsFleetWide(t *testing.T) {
 	// admits next is its rate.
 	fleettest.Drive(t, nodes, key, rates, 2*time.Second)
 
-	own := leaseStamp(t, c, key)
-	shards := global.ShardKeys(key, 2)
-	before := []int64{leaseStamp(t, c, shards[0]), leaseStamp(t, c, shards[1])}
+	own := leaseStamp(t, c, key, global.Shard{})
+	shards := global.ShardsOf(key, 2)
+	before := []int64{leaseStamp(t, c, key, shards[0]), leaseStamp(t, c, key, shards[1])}
 	const run = 4 * time.Second
 	r := fleettest.Drive(t, nodes, key, rates, run)
 	got, peak := len(r.Admitted), r.MaxInWindow(window)
 	rate := float64(limit) * run.Seconds()
 	t.Logf("sharded, at twice the limit: admitted %d (per node %v) over %v against %.0f at the limit's rate; busiest window %d against %d",
 		got, r.PerNode(), run, rate, peak, limit)
-	assert.LessOrEqual(t, leaseStamp(t, c, key), own, "no lease from the key itself while it is split (its state may expire)")
+	assert.LessOrEqual(t, leaseStamp(t, c, key, global.Shard{}), own, "no lease from the key itself while it is split (its state may expire)")
 	for i, sh := range shards {
-		assert.Greater(t, leaseStamp(t, c, sh), before[i], "shard %d leases", i)
+		assert.Greater(t, leaseStamp(t, c, key, sh), before[i], "shard %d leases", i)
 	}
 	assert.Equal(t, []int{2, 2, 2, 2, 2, 2, 2, 2}, shardsOf(nodes, key), "still split")
 	// The leases the nodes held when the run began are spent in it, on
@@ -132,7 +133,7 @@ func TestLeaseShardsFleetWide(t *testing.T) {
 	// limit.
 	assert.LessOrEqual(t, float64(across), limit*1.2, "no burst at the merge")
 	assert.LessOrEqual(t, float64(after), limit*1.1, "the key holds the limit after the merge")
-	assert.Greater(t, leaseStamp(t, c, key), own, "the key itself leases again")
+	assert.Greater(t, leaseStamp(t, c, key, global.Shard{}), own, "the key itself leases again")
 }
 
 // stepInterval is the sync interval of the hand-driven lease shard
@@ -248,7 +249,7 @@ func TestLeaseShardAccounting(t *testing.T) {
 	for _, l := range left {
 		require.NoError(t, l.Close())
 	}
-	used, err := redisSyncer(t, s).LeaseUsed(context.Background(), []string{st.key}, global.Limit{Algorithm: global.SlidingWindow, Limit: p.Limit, Window: p.Window})
+	used, err := redisSyncer(t, s).LeaseUsed(context.Background(), st.key, []global.Shard{{}}, global.Limit{Algorithm: global.SlidingWindow, Limit: p.Limit, Window: p.Window})
 	require.NoError(t, err)
 	// A lease is sized for an interval at the node's rate, with
 	// headroom, and an early sync adds to it: measured 160-195 a node at
@@ -265,7 +266,13 @@ func TestLeaseShardAccounting(t *testing.T) {
 // key must need no escaping in a hash tag.
 func hgetInt(t *testing.T, c redis.UniversalClient, key, field string) (int64, bool) {
 	t.Helper()
-	v, err := c.HGet(context.Background(), global.DefaultPrefix+"{"+key+"}:lease", field).Result()
+	return hgetShardInt(t, c, key, global.Shard{}, field)
+}
+
+// hgetShardInt is hgetInt on the lease state of key's shard.
+func hgetShardInt(t *testing.T, c redis.UniversalClient, key string, sh global.Shard, field string) (int64, bool) {
+	t.Helper()
+	v, err := c.HGet(context.Background(), global.DefaultPrefix+"{"+key+sh.String()+"}:lease", field).Result()
 	if err == redis.Nil {
 		return 0, false
 	}
@@ -296,8 +303,8 @@ func TestLeaseMergeForgetsSplitLeases(t *testing.T) {
 	// Node 8 stops here, holding a lease from its home shard.
 	holder := nodes[7]
 	held := int64(0)
-	for _, sh := range global.ShardKeys(st.key, 2) {
-		l, _ := hgetInt(t, c, sh, "l:node-8")
+	for _, sh := range global.ShardsOf(st.key, 2) {
+		l, _ := hgetShardInt(t, c, st.key, sh, "l:node-8")
 		held += l
 	}
 	require.Positive(t, held, "node 8 holds a shard lease")

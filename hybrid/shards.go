@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -10,8 +11,8 @@ import (
 )
 
 // A hot Strict key is split into shards in Redis: Config.HotKeyShards
-// keys whose hash tags spread over the Cluster's slots
-// (global.ShardKeys), each holding its part of the limit, so that a hot
+// parts whose hash tags spread over the Cluster's slots
+// (global.ShardsOf), each holding its part of the limit, so that a hot
 // key's round trips spread over every master instead of queueing on the
 // one that owns it. Decisions go round-robin over the shards, which
 // spends them evenly, and a refused one tries the next shard before
@@ -34,7 +35,7 @@ import (
 // key shows the largest), so neither the split nor the merge hands out a
 // fresh bucket, however many nodes take part.
 type shardSet struct {
-	keys      []string
+	keys      []global.Shard // the key's shards in the store
 	limit     global.Limit   // each shard's: the policy's, divided
 	capacity  int64          // each shard's Burst or Limit
 	remaining []atomic.Int64 // each shard's remaining at its last decision
@@ -77,7 +78,7 @@ func divisible(limit global.Limit, n int) bool {
 // newShardSet divides limit over n shards of key.
 func newShardSet(key string, limit global.Limit, n int) *shardSet {
 	per, capacity := splitLimit(limit, n)
-	set := &shardSet{keys: global.ShardKeys(key, n), limit: per, capacity: capacity,
+	set := &shardSet{keys: global.ShardsOf(key, n), limit: per, capacity: capacity,
 		remaining: make([]atomic.Int64, n), seen: make([]atomic.Int64, n)}
 	for i := range set.remaining {
 		set.remaining[i].Store(capacity)
@@ -123,17 +124,41 @@ func (set *shardSet) saw(i int, remaining, now int64) {
 	set.seen[i].Store(now)
 }
 
+// shardDecider decides Strict requests on, and charges, the shards of a
+// key split by a ShardDirectory's mark (see global.Shard), as
+// StrictDecider and ShardDirectory do the key itself. A Syncer whose
+// Allow answers with Decision.Shards implements it; global.Redis does.
+type shardDecider interface {
+	AllowShard(ctx context.Context, key string, shard global.Shard, limit global.Limit, n int64) (global.Decision, error)
+	ChargeShardAtLeast(ctx context.Context, key string, shard global.Shard, limit global.Limit, used int64) error
+}
+
+var _ shardDecider = (*global.Redis)(nil)
+
+// sharder is the Syncer as a shardDecider, or an error saying it is not
+// one, for key.
+func (l *Limiter) sharder(key string) (shardDecider, error) {
+	if st, ok := l.cfg.Syncer.(shardDecider); ok {
+		return st, nil
+	}
+	return nil, fmt.Errorf("hybrid: Config.Syncer split key %q into shards, but %T cannot decide on shards (it has no AllowShard and ChargeShardAtLeast)", key, l.cfg.Syncer)
+}
+
 // decideSharded decides a Strict request on a sharded key: the next shard
 // in turn, then the one after if that refused.
 func (l *Limiter) decideSharded(ctx context.Context, k *keyState, set *shardSet, n int64) (global.Decision, error) {
+	st, err := l.sharder(k.key)
+	if err != nil {
+		return global.Decision{}, err
+	}
 	i := int(set.next.Add(1) % uint32(len(set.keys)))
-	g, err := l.strict.Allow(ctx, set.keys[i], set.limit, n)
+	g, err := st.AllowShard(ctx, k.key, set.keys[i], set.limit, n)
 	if err == nil {
 		set.saw(i, g.Remaining, l.now())
 	}
 	if err == nil && !g.Allowed && g.RetryAfter >= 0 && len(set.keys) > 1 {
 		j := (i + 1) % len(set.keys)
-		if g2, err2 := l.strict.Allow(ctx, set.keys[j], set.limit, n); err2 == nil {
+		if g2, err2 := st.AllowShard(ctx, k.key, set.keys[j], set.limit, n); err2 == nil {
 			set.saw(j, g2.Remaining, l.now())
 			g = g2
 		}
@@ -210,7 +235,7 @@ func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 			// lost and set again by a node with other settings): the new
 			// shards are charged before requests are sent to them.
 			set = newShardSet(k.key, k.pol.limit, n)
-			l.chargeShards(ctx, set, spent)
+			l.chargeShards(ctx, k.key, set, spent)
 			k.shards.Store(set)
 		}
 		k.adopt(global.Decision{Shards: n, ShardedFor: ttl}, now, l.cfg.Interval)
@@ -235,18 +260,19 @@ func (l *Limiter) chargeKey(ctx context.Context, k *keyState, used int64) {
 	}
 }
 
-// chargeShards charges each of the shards a key was just split into with
+// chargeShards charges each of the shards key was just split into with
 // its part of what the key had spent, so that the split hands out no fresh
 // bucket.
-func (l *Limiter) chargeShards(ctx context.Context, set *shardSet, spent int64) {
+func (l *Limiter) chargeShards(ctx context.Context, key string, set *shardSet, spent int64) {
 	per := spent / int64(len(set.keys))
-	if per <= 0 {
+	st, err := l.sharder(key)
+	if per <= 0 || err != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
 	defer cancel()
-	for _, key := range set.keys {
-		_ = l.dir.ChargeAtLeast(ctx, key, set.limit, per)
+	for _, sh := range set.keys {
+		_ = st.ChargeShardAtLeast(ctx, key, sh, set.limit, per)
 	}
 }
 

@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,9 +20,10 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// bucketStore is a Strict store in memory: a GCRA bucket per key name, as
-// Redis keeps one per key, and shard marks, on the test's clock, as
-// global.Redis keeps them. It counts calls per key. Real Redis runs the
+// bucketStore is a Strict store in memory: a GCRA bucket per key name
+// (a shard's named key + Shard.String()), as Redis keeps one per key,
+// and shard marks, on the test's clock, as global.Redis keeps them. It
+// counts calls per name. Real Redis runs the
 // same contract in global's TestMarkShards and TestChargeAtLeast, and
 // under a fleet in TestStrictShardsFleetWide.
 type bucketStore struct {
@@ -52,6 +54,14 @@ func (s *bucketStore) MarkShards(_ context.Context, key string, shards int, ttl 
 	}
 	s.marks[key] = mark{shards, s.clk.Now().Add(ttl)}
 	return shards, nil
+}
+
+func (s *bucketStore) ChargeShardAtLeast(ctx context.Context, key string, sh global.Shard, lim global.Limit, used int64) error {
+	return s.ChargeAtLeast(ctx, key+sh.String(), lim, used)
+}
+
+func (s *bucketStore) AllowShard(ctx context.Context, key string, sh global.Shard, lim global.Limit, n int64) (global.Decision, error) {
+	return s.Allow(ctx, key+sh.String(), lim, n)
 }
 
 func (s *bucketStore) ChargeAtLeast(_ context.Context, key string, lim global.Limit, used int64) error {
@@ -108,7 +118,7 @@ func (s *bucketStore) shardCalls(key string) (own int, shards map[string]int) {
 		switch {
 		case k == key:
 			own += n
-		case strings.HasPrefix(k, key+"#"):
+		case strings.HasPrefix(k, key+"%#"):
 			shards[k] += n
 		}
 	}
@@ -274,8 +284,8 @@ func TestStrictShardsFleetWide(t *testing.T) {
 	r := redisSyncer(t, s)
 	per := global.Limit{Limit: limit / hybrid.DefaultHotKeyShards, Window: time.Second}
 	left := int64(0)
-	for _, key := range global.ShardKeys("tenant", hybrid.DefaultHotKeyShards) {
-		d, err := r.Allow(context.Background(), key, per, 0)
+	for _, sh := range global.ShardsOf("tenant", hybrid.DefaultHotKeyShards) {
+		d, err := r.AllowShard(context.Background(), "tenant", sh, per, 0)
 		require.NoError(t, err)
 		left += d.Remaining
 	}
@@ -351,4 +361,47 @@ func TestShardMarkLost(t *testing.T) {
 	require.NoError(t, err)
 	own2, _ := store.shardCalls("k")
 	assert.Equal(t, own+1, own2, "and decides there")
+}
+
+// TestShardNamesUnreachable is an attack on a real Redis: a Strict key,
+// tenant:victim, is split into shards across the fleet, and a client
+// spends, within its own limit, on keys spelt as the victim's shards
+// once were (the key, '#', a number), and as they might be (with '%#',
+// or '%' spelt %25). No user key may reach a shard: the victim must
+// still be admitted its whole limit. When a shard's name was the key
+// and '#', the victim was held to a handful of its 120.
+func TestShardNamesUnreachable(t *testing.T) {
+	t.Parallel()
+	const limit, victim = 120, "tenant:victim"
+	s := redistest.StartServer(t)
+	l := fleettest.Limiters(t, 1, func(int) hybrid.Config {
+		return hybrid.Config{Node: "n", Syncer: redisSyncer(t, s), Interval: 50 * time.Millisecond, HotKeyRate: -1,
+			Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: limit, Window: time.Minute}}}
+	})[0]
+	n, err := redisSyncer(t, s).MarkShards(context.Background(), victim, hybrid.DefaultHotKeyShards, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, hybrid.DefaultHotKeyShards, n)
+
+	spent := 0
+	for i := range 200 {
+		for _, sep := range []string{"#", "%#", "%25#"} {
+			d, err := l.AllowN(victim+sep+strconv.Itoa(i), limit)
+			require.NoError(t, err)
+			if d.Allowed() {
+				spent++
+			}
+		}
+	}
+	require.Equal(t, 600, spent, "the attacker spends within its keys' limits")
+
+	admitted := 0
+	for range limit {
+		if d, err := l.Allow(victim); err == nil && d.Allowed() {
+			admitted++
+		}
+	}
+	assert.Equal(t, limit, admitted, "the victim is admitted its whole limit")
+	own, err := s.Client(t).Exists(context.Background(), global.DefaultPrefix+"{"+victim+"}:gcra").Result()
+	require.NoError(t, err)
+	assert.Zero(t, own, "the victim was decided on its shards, not on its own key")
 }

@@ -77,6 +77,10 @@ func (s *store) apply(o *op, now int64) {
 			resp.Grants[i].Err = fmt.Errorf("%w: %v", global.ErrInvalid, err)
 			continue
 		}
+		if u.Shard != (global.Shard{}) { // as the contract asks of a store that splits no key
+			resp.Grants[i].Err = fmt.Errorf("%w: key %q: the simulator's store splits no key, so has no shard %v", global.ErrInvalid, u.Key, u.Shard)
+			continue
+		}
 		st := s.keys[u.Key]
 		ttl := 2*u.Limit.Window.Microseconds() + 10*interval
 		if st == nil || now-st.used > ttl { // PEXPIRE

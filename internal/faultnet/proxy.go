@@ -4,17 +4,20 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A Proxy forwards TCP connections to a target, such as a Redis server,
 // and can black-hole them: while it does, bytes in either direction are
 // dropped and no connection is closed, as when a switch dies or a firewall
 // starts dropping packets. Clients see neither an error nor an answer;
-// only their timeouts save them. It is safe for concurrent use.
+// only their timeouts save them. It can also delay every byte, as a
+// distant server would. It is safe for concurrent use.
 type Proxy struct {
 	ln     net.Listener
 	target string
 	hole   atomic.Bool
+	delay  atomic.Int64 // one way, in nanoseconds
 	done   chan struct{}
 
 	mu    sync.Mutex
@@ -43,6 +46,12 @@ func (p *Proxy) Blackhole() { p.hole.Store(true) }
 // Restore forwards again. Connections opened before are still open;
 // what was dropped meanwhile is lost, as on a real network.
 func (p *Proxy) Restore() { p.hole.Store(false) }
+
+// SetDelay delays every byte by d in each direction, on open connections
+// and new ones, so that a round trip takes 2d longer: a server across a
+// region. Bytes keep their order, and a delay does not slow the rate at
+// which they flow. Zero forwards at once again.
+func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(max(d, 0))) }
 
 // Close stops accepting, closes every connection and waits for its
 // goroutines.
@@ -109,21 +118,46 @@ func (p *Proxy) serve(client net.Conn) {
 	wg.Wait()
 }
 
+// chunk is what pipe read at once, and when it is due at the other end.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
 // pipe copies src to dst, dropping what it reads while black-holed, and
-// closes both when either side is done.
+// closes both when either side is done. What it reads is written by a
+// second goroutine once the delay has passed, so that reading goes on
+// meanwhile: the delay adds to each byte's trip, not to the next read.
 func (p *Proxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
+	q := make(chan chunk, 64)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		failed := false
+		for c := range q {
+			if failed {
+				continue // drained, so the reader never blocks
+			}
+			time.Sleep(time.Until(c.due))
+			if _, err := dst.Write(c.b); err != nil {
+				failed = true
+				src.Close() // ends the reader's Read
+			}
+		}
+	})
+	defer func() {
+		close(q)
+		wg.Wait()
+		dst.Close()
+		src.Close()
+	}()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 && !p.hole.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
+			q <- chunk{append([]byte(nil), buf[:n]...), time.Now().Add(time.Duration(p.delay.Load()))}
 		}
 		if err != nil {
-			return // EOF, or closed by the other pipe or by Close
+			return // EOF, or closed by the other pipe, the writer or Close
 		}
 	}
 }

@@ -69,3 +69,38 @@ func TestProxy(t *testing.T) {
 	_, err = roundTrip("three", time.Second)
 	assert.Error(t, err, "closed with the proxy")
 }
+
+func TestProxyDelay(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	p, err := NewProxy(echo(t))
+	require.NoError(t, err)
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	r := bufio.NewReader(c)
+	roundTrip := func(msgs ...string) time.Duration {
+		start := time.Now()
+		for _, m := range msgs {
+			_, err := c.Write([]byte(m + "\n"))
+			require.NoError(t, err)
+		}
+		for _, m := range msgs {
+			got, err := r.ReadString('\n')
+			require.NoError(t, err)
+			assert.Equal(t, m+"\n", got, "in order")
+		}
+		return time.Since(start)
+	}
+	roundTrip("warm")
+	p.SetDelay(30 * time.Millisecond)
+	took := roundTrip("one")
+	assert.GreaterOrEqual(t, took, 60*time.Millisecond, "both ways")
+	// Ten messages sent at once arrive after one round trip, not ten.
+	took = roundTrip("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
+	assert.GreaterOrEqual(t, took, 60*time.Millisecond)
+	assert.Less(t, took, 300*time.Millisecond, "a delay, not a narrower pipe")
+	p.SetDelay(0)
+	assert.Less(t, roundTrip("two"), 50*time.Millisecond)
+}

@@ -1,0 +1,120 @@
+package global
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// The scripts check every value they read back from Redis (storedNum),
+// and their replies are checked again here against what a sane store
+// could answer the call: a lease within the burst and the demand, a
+// shard count from 2 to MaxShards, nothing negative that counts or
+// lasts. A reply outside that (a script of another version, a store
+// that lies, nan read back as an integer) fails its key with
+// ErrCorrupt, and is never handed to the caller.
+
+// bound is one number of a reply and the range a sane store keeps it in.
+type bound struct {
+	what   string
+	x      int64
+	lo, hi int64
+}
+
+// check returns ErrCorrupt for the first of bs out of its range.
+func (r *Redis) check(key string, bs ...bound) error {
+	for _, b := range bs {
+		if b.x < b.lo || b.x > b.hi {
+			return r.corrupt(key, "the store answered %s %d; a sane store keeps it in [%d, %d]", b.what, b.x, b.lo, b.hi)
+		}
+	}
+	return nil
+}
+
+// corrupt is an error wrapping ErrCorrupt for key, naming the Redis.
+func (r *Redis) corrupt(key, format string, a ...any) error {
+	return fmt.Errorf("%w: Redis %s, key %q: %s", ErrCorrupt, r.addr, key, fmt.Sprintf(format, a...))
+}
+
+// grantOf reads and checks a lease script's reply v to u (see
+// leaseTokenBucket).
+func (r *Redis) grantOf(u Usage, v []int64) (Grant, error) {
+	key := u.Key + u.Shard.String()
+	if v[8] != 0 {
+		err := r.check(key, bound{"a shard count", v[8], 2, MaxShards}, bound{"a mark lasting µs", v[9], 0, math.MaxInt64})
+		return Grant{Shards: int(v[8]), ShardedFor: durationOf(v[9])}, err
+	}
+	err := r.check(key,
+		bound{"a lease", v[0], 0, min(u.Limit.burst(), u.Demand, MaxLimit)},
+		bound{"a lease TTL µs", v[1], 0, math.MaxInt64},
+		bound{"used", v[2], 0, math.MaxInt64},
+		bound{"remaining", v[3], 0, u.Limit.burst()},
+		bound{"active nodes", v[4], 1, math.MaxInt32},
+		bound{"a weight (millionths)", v[5], 0, 1e6},
+		bound{"reset after µs", v[6], 0, math.MaxInt64},
+	)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{
+		Lease:      v[0],
+		TTL:        durationOf(v[1]),
+		Used:       v[2],
+		Remaining:  v[3],
+		Nodes:      int(v[4]),
+		Weight:     float64(v[5]) / 1e6,
+		ResetAfter: durationOf(v[6]),
+	}, nil
+}
+
+// decisionOf reads and checks a strict script's reply v for key under
+// limit (see strictGCRA).
+func (r *Redis) decisionOf(key string, limit Limit, v []int64) (Decision, error) {
+	if v[0] == 2 {
+		err := r.check(key, bound{"a shard count", v[1], 2, MaxShards}, bound{"a mark lasting µs", v[3], 0, math.MaxInt64})
+		if err != nil {
+			return Decision{}, err
+		}
+		return Decision{Shards: int(v[1]), ShardedFor: durationOf(v[3])}, nil
+	}
+	err := r.check(key,
+		bound{"a decision", v[0], 0, 1},
+		bound{"remaining", v[1], 0, limit.burst()},
+		bound{"retry after µs", v[2], -1, math.MaxInt64},
+		bound{"reset after µs", v[3], 0, math.MaxInt64},
+	)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: durationOf(v[3])}
+	switch {
+	case d.Allowed && v[2] != 0:
+		return Decision{}, r.corrupt(key, "the store admitted a request with a retry after %d µs", v[2])
+	case v[2] < 0:
+		d.RetryAfter = -1
+	default:
+		d.RetryAfter = durationOf(v[2])
+	}
+	return d, nil
+}
+
+// markOf reads and checks a lease mark's reply v for key: its shard
+// count (0 for none) and how long it stands.
+func (r *Redis) markOf(key string, v []int64) (int, time.Duration, error) {
+	if v[0] == 0 && v[1] == 0 {
+		return 0, 0, nil
+	}
+	err := r.check(key, bound{"a shard count", v[0], 2, MaxShards}, bound{"a mark lasting µs", v[1], 0, math.MaxInt64})
+	if err != nil {
+		return 0, 0, err
+	}
+	return int(v[0]), durationOf(v[1]), nil
+}
+
+// durationOf is us microseconds, at most the longest Duration.
+func durationOf(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}

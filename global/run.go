@@ -1,0 +1,195 @@
+package global
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptCall is one script to run on keys with args, and how many
+// numbers its reply holds.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	reply  int
+}
+
+type callResult struct {
+	vals []int64
+	err  error
+}
+
+// runOne runs one call within the configured timeout.
+func (r *Redis) runOne(ctx context.Context, call scriptCall) ([]int64, error) {
+	res, err := r.runAll(ctx, []scriptCall{call})
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// runAll runs calls within the configured timeout, in one round trip per
+// Redis node, and returns their replies, or the first error: an outage,
+// or a call Redis refused. (Sync, whose keys fail one by one, uses run.)
+func (r *Redis) runAll(ctx context.Context, calls []scriptCall) ([][]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	res, err := r.run(ctx, calls)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]int64, len(res))
+	for i, c := range res {
+		if c.err != nil {
+			return nil, c.err
+		}
+		out[i] = c.vals
+	}
+	return out, nil
+}
+
+// run executes calls as EVALSHA in one pipeline; go-redis splits a
+// Cluster pipeline by node, so that is one round trip per node. A node
+// that does not have a script yet (the first call there, a restart,
+// SCRIPT FLUSH) answers NOSCRIPT, and the calls that failed so are
+// retried once as EVAL, which sends the script's text, runs it and
+// caches it in one step: a cache flushed a second time between a
+// separate load and the retry cannot fail the call. NewRedis loads
+// nothing: one more round trip on a node's first call costs less than
+// a start-up that needs Redis.
+//
+// An error that means Redis takes no calls now fails them all (see
+// isUnreachable); any other fails its own call. A reply is checked for
+// its length, and each call's caller checks its numbers.
+func (r *Redis) run(ctx context.Context, calls []scriptCall) ([]callResult, error) {
+	out := make([]callResult, len(calls))
+	if len(calls) == 0 {
+		return out, nil
+	}
+	pending := make([]int, len(calls))
+	for i := range pending {
+		pending[i] = i
+	}
+	for attempt := 0; ; attempt++ {
+		pipe := r.cfg.Client.Pipeline()
+		cmds := make([]*redis.Cmd, len(pending))
+		for j, i := range pending {
+			c := calls[i]
+			if attempt == 0 {
+				cmds[j] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+			} else {
+				cmds[j] = c.script.Eval(ctx, pipe, c.keys, c.args...)
+			}
+		}
+		_, _ = pipe.Exec(ctx) // errors are per command, read below
+		var retry []int
+		for j, i := range pending {
+			err := cmds[j].Err()
+			switch {
+			case err == nil:
+				out[i].vals, out[i].err = r.int64s(calls[i], cmds[j].Val())
+			case redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0:
+				retry = append(retry, i)
+			case isUnreachable(err):
+				return nil, r.unreachable(err)
+			case redis.HasErrorPrefix(err, "CORRUPT ") || redis.HasErrorPrefix(err, "WRONGTYPE "):
+				// A script found what no script wrote, or the key holds
+				// another type: the store's state, not the request.
+				out[i].err = fmt.Errorf("%w: Redis %s, keys %q: %w", ErrCorrupt, r.addr, calls[i].keys, err)
+			default:
+				out[i].err = fmt.Errorf("%w: Redis %s, keys %q: %w", ErrInvalid, r.addr, calls[i].keys, err)
+			}
+		}
+		if len(retry) == 0 {
+			return out, nil
+		}
+		pending = retry
+	}
+}
+
+// int64s reads c's reply v: a list of c.reply integers.
+func (r *Redis) int64s(c scriptCall, v any) ([]int64, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: Redis %s, key %q: the script answered %s", ErrCorrupt, r.addr, c.keys[0], fmt.Sprintf(format, a...))
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, bad("a %T", v)
+	}
+	if len(list) != c.reply {
+		return nil, bad("%d numbers; want %d", len(list), c.reply)
+	}
+	out := make([]int64, len(list))
+	for i, x := range list {
+		switch x := x.(type) {
+		case int64:
+			out[i] = x
+		case string:
+			n, err := strconv.ParseInt(x, 10, 64)
+			if err != nil {
+				return nil, bad("%q", x)
+			}
+			out[i] = n
+		default:
+			return nil, bad("a %T", x)
+		}
+	}
+	return out, nil
+}
+
+// isUnreachable reports whether err means Redis could not be reached,
+// did not answer in time, or answered that it takes no writes now, as
+// opposed to rejecting the command. Every call this package makes
+// writes (the lease and strict scripts keep their state in Redis), so a
+// Redis that refuses writes can neither lease nor decide, for any key:
+// out of memory under the noeviction policy (OOM), short of the
+// replicas min-replicas-to-write asks for (NOREPLICAS), after a failed
+// snapshot (MISCONF), a replica (READONLY), a replica cut off from its
+// master (MASTERDOWN), loading its data (LOADING), busy in a long script
+// (BUSY), a Cluster down or moving slots (CLUSTERDOWN, TRYAGAIN, MOVED,
+// ASK), or a connection the server refuses to serve (NOAUTH, WRONGPASS,
+// NOPERM, too many clients).
+func isUnreachable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	msg := err.Error()
+	if msg == "EOF" || strings.Contains(msg, "connection") || strings.Contains(msg, "max number of clients reached") {
+		return true
+	}
+	for _, p := range unwritable {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// unwritable are the prefixes of Redis's errors that mean it takes no
+// writes now, whatever the key (see isUnreachable).
+var unwritable = []string{"OOM ", "NOREPLICAS ", "MISCONF ", "READONLY ", "MASTERDOWN ", "LOADING ", "BUSY ",
+	"CLUSTERDOWN ", "TRYAGAIN ", "MOVED ", "ASK ", "NOAUTH ", "WRONGPASS ", "NOPERM "}
+
+// unreachable wraps err, which isUnreachable, as ErrUnreachable, naming
+// the Redis and, for a deadline, what it means: go-redis retries a call
+// until the deadline, and its last error is then the deadline's.
+func (r *Redis) unreachable(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: Redis %s did not answer in time (RedisConfig.Timeout is %v): %w", ErrUnreachable, r.addr, r.cfg.Timeout, err)
+	}
+	return fmt.Errorf("%w: Redis %s: %w", ErrUnreachable, r.addr, err)
+}
