@@ -11,7 +11,7 @@ import (
 // its theoretical arrival time moves n emissions on, but never more than
 // a full burst past now (an empty bucket). Charging twice charges twice.
 // KEYS[1] as strictGCRA. ARGV: limit, window_us, burst, n. Returns {1}.
-var addGCRA = redis.NewScript(gcraNow + `
+var addGCRA = redis.NewScript(storedNum + gcraNow + `
 local new = math.min(tat + n * emission, now + burst * emission)
 if n > 0 and new > tat then
   redis.call('SET', KEYS[1], new, 'PX', math.ceil((new - now) / 1000) + 1)
@@ -23,7 +23,7 @@ return {1}
 // current count, but never past an estimate of limit. Charging twice
 // charges twice. KEYS[1] as strictSlidingWindow. ARGV: limit, window_us,
 // n. Returns {1}.
-var addSlidingWindow = redis.NewScript(slidingNow + `
+var addSlidingWindow = redis.NewScript(storedNum + slidingNow + `
 local add = math.min(n, limit - est)
 if add > 0 then
   cur = cur + add
@@ -48,10 +48,10 @@ func (r *Redis) Charge(ctx context.Context, key string, limit Limit, n int64) er
 	if n < 0 {
 		return fmt.Errorf("%w: Charge of %d requests for key %q; it must not be negative", ErrInvalid, n, key)
 	}
-	base, err := r.keyBase(key)
+	base, err := r.keyBase(key, Shard{})
 	if err != nil {
 		return err
 	}
-	_, err = r.runOne(ctx, strictCall(base, limit, n, addGCRA, addSlidingWindow))
+	_, err = r.runOne(ctx, strictCall(base, limit, min(n, MaxLimit), addGCRA, addSlidingWindow, 1))
 	return err
 }

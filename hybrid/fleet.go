@@ -45,10 +45,11 @@ func (f *fleet) allow(now time.Time, probe bool) bool {
 	return f.br.Allow(now)
 }
 
-// result records a call's outcome. A mistake in the request is no sign
-// of an outage: the fleet answered.
+// result records a call's outcome. A mistake in the request, or a key
+// whose state in the store is corrupt, is no sign of an outage: the
+// fleet answered.
 func (f *fleet) result(now time.Time, err error) {
-	ok := err == nil || errors.Is(err, global.ErrInvalid)
+	ok := err == nil || errors.Is(err, global.ErrInvalid) || errors.Is(err, global.ErrCorrupt)
 	if ok && f.clean.Load() {
 		return // the common case, without the lock every Strict decision would share
 	}

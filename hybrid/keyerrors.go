@@ -6,7 +6,8 @@ import (
 )
 
 // A key the fleet answers with an error of its own (Grant.Err, or a
-// Strict decision that wraps global.ErrInvalid) is not an outage: the
+// Strict decision that wraps global.ErrInvalid or global.ErrCorrupt) is
+// not an outage: the
 // fleet is reachable and every other key is served. But the key must
 // not be refused forever either, which is what a node that waits for a
 // lease that never comes would do, with nothing to show why. So a failing

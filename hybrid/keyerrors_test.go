@@ -2,12 +2,14 @@ package hybrid_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -90,4 +92,97 @@ func TestKeyErrorFollowsFailMode(t *testing.T) {
 	tokens, err := c.HGet(ctx, "hl:{open:k}:lease", "tokens").Float64()
 	require.NoError(t, err, "open:k's lease state")
 	assert.LessOrEqual(t, tokens, 500.0, "the 500 FailOpen admitted were reported")
+}
+
+// TestRedisOutOfMemory fills a real Redis past its maxmemory with the
+// default noeviction policy, so that it refuses every write ("OOM command
+// not allowed"). The fleet cannot take reports: that is an outage, not
+// a mistake in the request. The breaker opens, Health says Degraded,
+// and each policy's FailMode decides. Before issue 18 it was classed
+// ErrInvalid: the breaker never opened, Health stayed Healthy, and a
+// FailOpen key refused 199 of 200.
+func TestRedisOutOfMemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	clk := clock.NewManual(epoch)
+	l, err := hybrid.New(hybrid.Config{
+		Node: "n1", Syncer: redisSyncer(t, srv), ManualSync: true, Clock: clk,
+		Policies: []hybrid.Policy{{Name: "open", Limit: 1000, Window: time.Second, OnUnreachable: hybrid.FailOpen}},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	_, err = l.AllowN("k", 0)
+	require.NoError(t, err)
+	require.NoError(t, srv.Client(t).ConfigSet(ctx, "maxmemory", "1").Err())
+	for range 4 {
+		clk.Advance(100 * time.Millisecond)
+		err := l.SyncOnce(ctx)
+		require.Error(t, err)
+		require.ErrorIs(t, err, global.ErrUnreachable)
+	}
+	assert.Equal(t, partition.Degraded, l.Health().Level)
+	admitted := 0
+	for range 200 {
+		d, err := l.Allow("k")
+		require.NoError(t, err)
+		if d.Allowed() {
+			admitted++
+		}
+	}
+	assert.Equal(t, 200, admitted, "FailOpen")
+}
+
+// TestMaxKeyLenAgrees checks that hybrid.Config.MaxKeyLen cannot exceed
+// what the fleet takes: a key between the two would be accepted by the
+// Limiter and refused by Redis for good. New refuses the mismatch, and
+// by default takes the fleet's limit.
+func TestMaxKeyLenAgrees(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: srv.DeadlineClient(t), MaxKeyLen: 64})
+	require.NoError(t, err)
+	p := []hybrid.Policy{{Name: "p", Limit: 10, Window: time.Second}}
+	_, err = hybrid.New(hybrid.Config{Syncer: r, Policies: p, MaxKeyLen: 100, ManualSync: true})
+	require.ErrorContains(t, err, "Config.MaxKeyLen is 100 but Config.Syncer takes keys of at most 64 bytes")
+	l, err := hybrid.New(hybrid.Config{Syncer: r, Policies: p, ManualSync: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	assert.Equal(t, 64, l.Config().MaxKeyLen)
+	_, err = l.Allow(strings.Repeat("k", 65))
+	require.ErrorIs(t, err, hybrid.ErrKeyTooLong)
+}
+
+// TestStartWithoutRedis starts a node while its Redis is down, the outage
+// the library is built to survive: New succeeds, the node limits on its
+// own (Degraded), and it joins the fleet once Redis answers. Before issue
+// 18, global.NewRedis failed, so the service could not start at all.
+func TestStartWithoutRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	srv.Kill()
+	clk := clock.NewManual(epoch)
+	l, err := hybrid.New(hybrid.Config{
+		Node: "n1", Syncer: redisSyncer(t, srv), ManualSync: true, Clock: clk,
+		Policies: []hybrid.Policy{{Name: "p", Limit: 1000, Window: time.Second}},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	ctx := context.Background()
+	_, err = l.Allow("k")
+	require.NoError(t, err)
+	err = l.SyncOnce(ctx)
+	require.ErrorIs(t, err, global.ErrUnreachable)
+	assert.Contains(t, err.Error(), srv.Addr, "the error names the address")
+	assert.Equal(t, partition.Degraded, l.Health().Level)
+
+	srv.Restart(t)
+	for range 4 {
+		clk.Advance(100 * time.Millisecond)
+		_ = l.SyncOnce(ctx) // the breaker's probes
+	}
+	assert.Equal(t, partition.Healthy, l.Health().Level)
+	d, err := l.Allow("k")
+	require.NoError(t, err)
+	assert.False(t, d.Degraded())
 }

@@ -54,6 +54,10 @@ type ShardDirectory interface {
 	// ChargeAtLeast makes key show at least used spent; charging twice
 	// charges once.
 	ChargeAtLeast(ctx context.Context, key string, limit global.Limit, used int64) error
+	// AllowShard and ChargeShardAtLeast are Allow and ChargeAtLeast on
+	// one of key's shards (global.ShardsOf), a name no user key reaches.
+	AllowShard(ctx context.Context, key string, shard global.Shard, limit global.Limit, n int64) (global.Decision, error)
+	ChargeShardAtLeast(ctx context.Context, key string, shard global.Shard, limit global.Limit, used int64) error
 }
 
 var (
@@ -401,7 +405,7 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 			d.retryAfter = l.retryAfter(now)
 		}
 		return d, nil
-	case errors.Is(err, global.ErrInvalid):
+	case errors.Is(err, global.ErrInvalid) || errors.Is(err, global.ErrCorrupt):
 		// The store answered but not for this key: it follows the
 		// FailMode like an outage, and Health counts it.
 		l.keyFailed(k, err)

@@ -124,32 +124,12 @@ func (set *shardSet) saw(i int, remaining, now int64) {
 	set.seen[i].Store(now)
 }
 
-// shardDecider decides Strict requests on, and charges, the shards of a
-// key split by a ShardDirectory's mark (see global.Shard), as
-// StrictDecider and ShardDirectory do the key itself. A Syncer whose
-// Allow answers with Decision.Shards implements it; global.Redis does.
-type shardDecider interface {
-	AllowShard(ctx context.Context, key string, shard global.Shard, limit global.Limit, n int64) (global.Decision, error)
-	ChargeShardAtLeast(ctx context.Context, key string, shard global.Shard, limit global.Limit, used int64) error
-}
-
-var _ shardDecider = (*global.Redis)(nil)
-
-// sharder is the Syncer as a shardDecider, or an error saying it is not
-// one, for key.
-func (l *Limiter) sharder(key string) (shardDecider, error) {
-	if st, ok := l.cfg.Syncer.(shardDecider); ok {
-		return st, nil
-	}
-	return nil, fmt.Errorf("hybrid: Config.Syncer split key %q into shards, but %T cannot decide on shards (it has no AllowShard and ChargeShardAtLeast)", key, l.cfg.Syncer)
-}
-
 // decideSharded decides a Strict request on a sharded key: the next shard
 // in turn, then the one after if that refused.
 func (l *Limiter) decideSharded(ctx context.Context, k *keyState, set *shardSet, n int64) (global.Decision, error) {
-	st, err := l.sharder(k.key)
-	if err != nil {
-		return global.Decision{}, err
+	st := l.dir
+	if st == nil {
+		return global.Decision{}, fmt.Errorf("hybrid: Config.Syncer split key %q into shards, but %T is no ShardDirectory", k.key, l.cfg.Syncer)
 	}
 	i := int(set.next.Add(1) % uint32(len(set.keys)))
 	g, err := st.AllowShard(ctx, k.key, set.keys[i], set.limit, n)
@@ -265,8 +245,8 @@ func (l *Limiter) chargeKey(ctx context.Context, k *keyState, used int64) {
 // bucket.
 func (l *Limiter) chargeShards(ctx context.Context, key string, set *shardSet, spent int64) {
 	per := spent / int64(len(set.keys))
-	st, err := l.sharder(key)
-	if per <= 0 || err != nil {
+	st := l.dir
+	if per <= 0 || st == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)

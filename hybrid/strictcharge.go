@@ -68,7 +68,7 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 		switch {
 		case err == nil:
 			k.reported[0] = s0
-		case errors.Is(err, global.ErrInvalid):
+		case errors.Is(err, global.ErrInvalid) || errors.Is(err, global.ErrCorrupt):
 			l.keyFailed(k, err) // charged again next time, until too old to count
 			err = nil
 		default:
