@@ -50,6 +50,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./gossip/
 	$(GO) test -run '^$$' -fuzz FuzzSpaceSaving -fuzztime 60s ./internal/sketch/
 	$(GO) test -run '^$$' -fuzz FuzzGrantStriped -fuzztime 60s ./hybrid/
+	$(GO) test -run '^$$' -fuzz FuzzCosts -fuzztime 60s ./hybrid/
+	$(GO) test -run '^$$' -fuzz FuzzReplies -fuzztime 60s ./global/
+	$(GO) test -run '^$$' -fuzz FuzzShardNames -fuzztime 60s ./global/
+	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 60s ./httplimit/
 
 demo:
 	$(GO) run ./cmd/demo

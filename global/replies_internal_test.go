@@ -1,6 +1,7 @@
 package global
 
 import (
+	"encoding/binary"
 	"math"
 	"testing"
 	"time"
@@ -85,4 +86,60 @@ func TestRepliesChecked(t *testing.T) {
 		assert.ErrorIs(t, err, ErrCorrupt, "%v", v)
 	}
 	assert.Equal(t, time.Duration(math.MaxInt64), durationOf(math.MaxInt64/1000+1), "saturates")
+}
+
+// FuzzReplies feeds the reply readers arbitrary numbers, as a store that
+// lies could answer, and checks the invariants every caller relies on: no
+// panic; an error wraps ErrCorrupt; anything accepted is within what a
+// live fleet could hold (a lease within the burst and the demand, a
+// weight in [0, 1], no negative count or duration, a shard count a node
+// could have set, a decision that admits with nothing to wait).
+func FuzzReplies(f *testing.F) {
+	f.Add(int64(100), int64(50), []byte{10, 0, 0, 0, 0, 0, 0, 0, 208, 7, 0, 0, 0, 0, 0, 0})
+	f.Add(int64(1), int64(0), []byte{255, 255, 255, 255, 255, 255, 255, 255, 1})
+	f.Fuzz(func(t *testing.T, limit, demand int64, raw []byte) {
+		lim := Limit{Limit: max(1, min(limit, MaxLimit)), Window: time.Second}
+		if lim.Validate() != nil {
+			return
+		}
+		u := Usage{Key: "k", Limit: lim, Demand: max(0, demand)}
+		v := make([]int64, 10)
+		for i := range v {
+			var b [8]byte
+			copy(b[:], raw[min(len(raw), 8*i):])
+			v[i] = int64(binary.LittleEndian.Uint64(b[:]))
+		}
+		r := &Redis{addr: "redis.test:6379"}
+		g, err := r.grantOf(u, v)
+		switch {
+		case err != nil:
+			require.ErrorIs(t, err, ErrCorrupt)
+		case g.Shards != 0:
+			require.True(t, g.Shards >= 2 && g.Shards <= MaxShards, "shards %d", g.Shards)
+			require.GreaterOrEqual(t, g.ShardedFor, time.Duration(0))
+		default:
+			require.True(t, g.Lease >= 0 && g.Lease <= lim.burst() && g.Lease <= u.Demand, "lease %d", g.Lease)
+			require.True(t, g.Used >= 0 && g.Remaining >= 0 && g.Remaining <= lim.burst())
+			require.True(t, g.Nodes >= 1 && g.Weight >= 0 && g.Weight <= 1)
+			require.True(t, g.TTL >= 0 && g.ResetAfter >= 0)
+		}
+		d, err := r.decisionOf("k", lim, v[:4])
+		switch {
+		case err != nil:
+			require.ErrorIs(t, err, ErrCorrupt)
+		case d.Shards != 0:
+			require.True(t, d.Shards >= 2 && d.Shards <= MaxShards)
+		default:
+			require.True(t, d.Remaining >= 0 && d.Remaining <= lim.burst())
+			require.True(t, d.RetryAfter >= -1 && d.ResetAfter >= 0)
+			require.False(t, d.Allowed && d.RetryAfter != 0)
+		}
+		n, left, err := r.markOf("k", v[:2])
+		if err != nil {
+			require.ErrorIs(t, err, ErrCorrupt)
+		} else {
+			require.True(t, n == 0 || (n >= 2 && n <= MaxShards))
+			require.GreaterOrEqual(t, left, time.Duration(0))
+		}
+	})
 }
