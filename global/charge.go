@@ -33,25 +33,59 @@ end
 return {1}
 `)
 
-// Charge counts n requests for key in its strict state under limit, as
-// if they had been admitted now, whatever the state has left, but never
-// beyond an empty bucket. It is how a node reconciles what it admitted
-// on its own while Redis could not be reached (a Strict policy's
-// FailStatic or FailOpen decisions) once Redis answers again, so that the
-// key does not start from a full bucket on top of them. Unlike
+// StrictCharge is a count of requests a node admitted for a key's strict
+// state without Redis, for Charge.
+type StrictCharge struct {
+	Key   string
+	Shard Shard // the zero Shard: the key itself; else one of ShardsOf's
+	Limit Limit // the key's limit, or the shard's part of it
+	N     int64 // requests; 0 changes nothing but is still sent
+}
+
+// Charge counts each charge's N requests in its key's (or shard's)
+// strict state, as if they had been admitted now, whatever the state has
+// left, but never beyond an empty bucket: how a node reconciles what it
+// admitted on its own while Redis could not be reached (a Strict
+// policy's FailStatic or FailOpen decisions) once Redis answers again, so
+// that the key does not start from a full bucket on top of them. Unlike
 // ChargeAtLeast, charging twice charges twice: every node adds its own.
-// A charge of 0 changes nothing but is still one round trip, a probe.
-func (r *Redis) Charge(ctx context.Context, key string, limit Limit, n int64) error {
-	if err := limit.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+//
+// All charges go in one pipelined round trip per Redis node. Charge
+// returns one error per charge (nil, or an error of that key's: a limit
+// or key out of range, wrapping ErrInvalid; state no node could have
+// written, wrapping ErrCorrupt), or an error wrapping ErrUnreachable if
+// Redis could not be reached; then none of the charges may be counted,
+// or some may be, and a caller that sends them again risks counting
+// those twice, which refuses, never admits, too much.
+func (r *Redis) Charge(ctx context.Context, charges []StrictCharge) ([]error, error) {
+	errs := make([]error, len(charges))
+	calls := make([]scriptCall, 0, len(charges))
+	idx := make([]int, 0, len(charges))
+	for i, c := range charges {
+		if err := c.Limit.Validate(); err != nil {
+			errs[i] = fmt.Errorf("%w: key %q: %v", ErrInvalid, c.Key, err)
+			continue
+		}
+		if c.N < 0 {
+			errs[i] = fmt.Errorf("%w: Charge of %d requests for key %q; it must not be negative", ErrInvalid, c.N, c.Key)
+			continue
+		}
+		base, err := r.keyBase(c.Key, c.Shard)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		calls = append(calls, strictCall(base, c.Limit, min(c.N, MaxLimit), addGCRA, addSlidingWindow, 1))
+		idx = append(idx, i)
 	}
-	if n < 0 {
-		return fmt.Errorf("%w: Charge of %d requests for key %q; it must not be negative", ErrInvalid, n, key)
-	}
-	base, err := r.keyBase(key, Shard{})
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	res, err := r.run(ctx, calls)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = r.runOne(ctx, strictCall(base, limit, min(n, MaxLimit), addGCRA, addSlidingWindow, 1))
-	return err
+	for j, c := range res {
+		errs[idx[j]] = c.err
+	}
+	return errs, nil
 }

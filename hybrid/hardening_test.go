@@ -284,3 +284,184 @@ func TestFallbackStartsFromShare(t *testing.T) {
 	}
 	assert.LessOrEqual(t, admitted, keys/100, "keys whose fallback started with tokens the fleet did not have")
 }
+
+// TestCancelDuringSync: a Reservation cancelled while a sync is in
+// flight (between the sync's read of spent and its grant) must not cost
+// the node the lease the sync brings: the grant reads spent below its
+// mark as a wrapped 32-bit difference, about 4 billion spent, and installs
+// an allowance of 0.
+func TestCancelDuringSync(t *testing.T) {
+	t.Parallel()
+	for _, striped := range []bool{false, true} {
+		t.Run(fmt.Sprint("striped=", striped), func(t *testing.T) {
+			t.Parallel()
+			var held *hybrid.Reservation
+			s := syncFunc(func(_ context.Context, req *global.Request) (*global.Response, error) {
+				if held != nil {
+					held.Cancel() // a request on another goroutine gives its tokens back
+					held = nil
+				}
+				resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+				for i := range req.Keys {
+					resp.Grants[i] = global.Grant{Lease: 100, TTL: time.Hour, Remaining: 0, Nodes: 1, Weight: 1}
+				}
+				return resp, nil
+			})
+			cfg := hybrid.Config{Syncer: s, HotKeyRate: -1, Policies: []hybrid.Policy{{Name: "p", Limit: 1000, Window: time.Second}}}
+			if striped {
+				cfg.HotKeyRate, cfg.HotKeyStripes = 1, 4
+			}
+			l, clk := manual(t, cfg)
+			ctx := context.Background()
+			_, err := l.AllowN("k", 0)
+			require.NoError(t, err)
+			for range 3 {
+				admit(t, l, "k", 50)
+				clk.Advance(100 * time.Millisecond)
+				require.NoError(t, l.SyncOnce(ctx))
+			}
+			if striped {
+				require.Len(t, l.HotKeys(), 1)
+			}
+			r, err := l.TakeN("k", 10)
+			require.NoError(t, err)
+			require.True(t, r.OK())
+			held = r
+			clk.Advance(100 * time.Millisecond)
+			require.NoError(t, l.SyncOnce(ctx))
+			assert.GreaterOrEqual(t, admit(t, l, "k", 200), 100, "admitted from the lease of 100 just granted")
+		})
+	}
+}
+
+// TestFullLeasesCounted spends five leases of the largest capacity, each
+// in full between two syncs: the lease word's 32-bit spent wraps, and the
+// sync loop's 64-bit extension must report every token.
+func TestFullLeasesCounted(t *testing.T) {
+	t.Parallel()
+	const capacity = 1<<31 - 1
+	s, consumed := fixedLease(capacity)
+	l, clk := manual(t, hybrid.Config{Syncer: s, HotKeyRate: -1, Policies: []hybrid.Policy{{Name: "big", Rate: 1e9, Burst: capacity}}})
+	ctx := context.Background()
+	_, err := l.AllowN("k", 0)
+	require.NoError(t, err)
+	require.NoError(t, l.SyncOnce(ctx))
+	for range 5 {
+		d, err := l.AllowN("k", capacity)
+		require.NoError(t, err)
+		require.True(t, d.Allowed())
+		require.False(t, d.Degraded())
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(ctx))
+	}
+	assert.Equal(t, int64(5*capacity), *consumed)
+}
+
+// TestCancelAfterGrantCounted gives back a take after a sync installed a
+// full lease: the allowance cannot grow past the largest, so nothing comes
+// back, and spent must not fall either, or the take would go unreported.
+func TestCancelAfterGrantCounted(t *testing.T) {
+	t.Parallel()
+	const capacity = 1<<31 - 1
+	s, consumed := fixedLease(capacity)
+	l, clk := manual(t, hybrid.Config{Syncer: s, HotKeyRate: -1, Policies: []hybrid.Policy{{Name: "big", Rate: 1e9, Burst: capacity}}})
+	ctx := context.Background()
+	_, err := l.AllowN("k", 0)
+	require.NoError(t, err)
+	require.NoError(t, l.SyncOnce(ctx))
+	r, err := l.TakeN("k", 10)
+	require.NoError(t, err)
+	require.True(t, r.OK())
+	clk.Advance(100 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(ctx)) // reports the 10; a full lease again
+	r.Cancel()                          // the allowance is full: nothing comes back
+	d, err := l.AllowN("k", capacity)
+	require.NoError(t, err)
+	require.True(t, d.Allowed())
+	clk.Advance(100 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(ctx))
+	assert.Equal(t, int64(10+capacity), *consumed)
+}
+
+// TestKeyErrorReportKept checks that consumption the fleet refused with
+// a key's error is reported again at the next sync, not dropped.
+func TestKeyErrorReportKept(t *testing.T) {
+	t.Parallel()
+	fail := true
+	var got []int64
+	s := syncFunc(func(_ context.Context, req *global.Request) (*global.Response, error) {
+		resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+		for i, u := range req.Keys {
+			got = append(got, u.Consumed)
+			if fail {
+				resp.Grants[i].Err = fmt.Errorf("%w: WRONGTYPE", global.ErrInvalid)
+				continue
+			}
+			resp.Grants[i] = global.Grant{Lease: 100, TTL: time.Hour, Nodes: 1, Weight: 1}
+		}
+		return resp, nil
+	})
+	l, clk := stepped(t, s, global.DemandWeighted, hybrid.Policy{Name: "open", Limit: 1000, Window: time.Second, OnUnreachable: hybrid.FailOpen})
+	ctx := context.Background()
+	assert.Equal(t, 1, admit(t, l, "k", 5), "the starter credit")
+	clk.Advance(10 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(ctx))
+	assert.Equal(t, 5, admit(t, l, "k", 5), "failing: FailOpen decides")
+	fail = false
+	clk.Advance(10 * time.Millisecond)
+	require.NoError(t, l.SyncOnce(ctx))
+	assert.Equal(t, []int64{1, 6}, got, "refused, then reported again with the rest")
+}
+
+// countingStrict is a Strict store that answers every decision with d,
+// or err, and counts the calls.
+type countingStrict struct {
+	*scripted
+	d     global.Decision
+	err   error
+	calls int
+}
+
+func (s *countingStrict) Allow(context.Context, string, global.Limit, int64) (global.Decision, error) {
+	s.calls++
+	return s.d, s.err
+}
+
+// TestStrictKeyErrors checks that a Strict key the store answers with an
+// error of the key's (corrupt state) is decided by its FailMode and
+// counted in Health, without opening the breaker; and that a closed
+// Limiter calls the store no more.
+func TestStrictKeyErrors(t *testing.T) {
+	t.Parallel()
+	s := &countingStrict{scripted: newScripted(0), err: fmt.Errorf("%w: tat is nan", global.ErrCorrupt)}
+	l, _ := manual(t, hybrid.Config{Syncer: s, FleetSize: 4, Policies: []hybrid.Policy{
+		{Name: "strict", Mode: hybrid.Strict, Limit: 100, Window: time.Second},
+	}})
+	admitted := 0
+	for range 50 {
+		d, err := l.Allow("k")
+		require.NoError(t, err)
+		require.True(t, d.Degraded())
+		if d.Allowed() {
+			admitted++
+		}
+	}
+	assert.Equal(t, 25, admitted, "FailStatic: a quarter, FleetSize 4")
+	assert.Equal(t, 50, s.calls, "a key's error does not open the breaker")
+	h := l.Health()
+	assert.Equal(t, 1, h.FailingKeys)
+	require.ErrorIs(t, h.KeyError, global.ErrCorrupt)
+
+	s.err, s.d = nil, global.Decision{Allowed: true, Remaining: 10}
+	d, err := l.Allow("k")
+	require.NoError(t, err)
+	assert.False(t, d.Degraded())
+	assert.Zero(t, l.Health().FailingKeys, "answered again")
+
+	require.NoError(t, l.Close())
+	calls := s.calls
+	d, err = l.Allow("k")
+	require.NoError(t, err)
+	assert.True(t, d.Degraded(), "a closed Limiter decides alone")
+	assert.Equal(t, calls, s.calls, "and calls no store")
+}

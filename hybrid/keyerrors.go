@@ -26,6 +26,12 @@ func (l *Limiter) keyFailed(k *keyState, err error) {
 	l.keyErrs.last.Store(&err)
 	if !k.failing.Load() && k.failing.CompareAndSwap(false, true) {
 		l.keyErrs.failing.Add(1)
+		if k.retired.Load() {
+			// Forgotten meanwhile: forget sets retired before it
+			// uncounts, so one of the two uncounts it, once.
+			l.keyForgotten(k)
+			return
+		}
 		l.cfg.Logger.Warn("hybridlimit: the fleet cannot answer a key; it follows its FailMode",
 			slog.String("policy", k.pol.Name), slog.String("fail_mode", k.pol.OnUnreachable.String()),
 			slog.Any("error", err))

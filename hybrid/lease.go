@@ -199,7 +199,9 @@ func (k *keyState) grant(raw uint32, lease, low int64) {
 	s0 := raw - k.folded // the word's own spent
 	for {
 		w := k.word.Load()
-		a := lease - int64(spentOf(w)-s0)
+		// Below zero if a Cancel gave back during the round trip: the
+		// give-back goes with the new lease.
+		a := lease - int64(int32(spentOf(w)-s0))
 		a = max(0, min(a, maxAllowance))
 		if k.word.CompareAndSwap(w, w&^math.MaxUint32|uint64(a)) {
 			return

@@ -307,6 +307,9 @@ func (l *Limiter) retryAfter(now int64) time.Duration {
 // failed decides, by the policy's FailMode, a request that neither the
 // lease nor the fleet can answer. now is always read by then.
 func (l *Limiter) failed(k *keyState, now, n int64) Decision {
+	if n > k.pol.capacity {
+		return Decision{limit: ^k.pol.capacity, retryAfter: Never} // not even FailOpen admits it
+	}
 	switch k.pol.OnUnreachable {
 	case FailOpen:
 		k.spend(n)
@@ -355,12 +358,16 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 	}
 	f := l.fleets[0]
 	if !f.closed.Load() || l.closed.Load() {
-		// The breaker is open: a dead store is not waited on. A closed
-		// Limiter calls it no more.
+		// The breaker is open: a dead store is not waited on, but for
+		// one probe a cool-down, which may be this decision, so that a
+		// Limiter with nothing else to probe with finds the store back.
+		// A closed Limiter calls it no more.
 		if now == noTime {
 			now = l.now()
 		}
-		return l.failed(k, now, n), nil
+		if l.closed.Load() || !f.allow(l.wall(now), true) {
+			return l.failed(k, now, n), nil
+		}
 	}
 	if l.hot != nil {
 		l.hot.Observe(k.key)

@@ -8,12 +8,13 @@ import (
 )
 
 // StrictCharger counts in the fleet's store requests a node admitted for
-// a Strict key without it. *global.Redis implements it.
+// Strict keys without it. *global.Redis implements it.
 type StrictCharger interface {
-	// Charge counts n requests for key as admitted now, whatever the
-	// store has left, but never beyond an empty bucket; a charge of 0
-	// is a round trip that changes nothing.
-	Charge(ctx context.Context, key string, limit global.Limit, n int64) error
+	// Charge counts each charge's N requests as admitted now, whatever
+	// the store has left, but never beyond an empty bucket, in one round
+	// trip; a charge of 0 changes nothing. It returns one error per
+	// charge (that key's), or an error for the whole call.
+	Charge(ctx context.Context, charges []global.StrictCharge) ([]error, error)
 }
 
 var _ StrictCharger = (*global.Redis)(nil)
@@ -21,18 +22,19 @@ var _ StrictCharger = (*global.Redis)(nil)
 // What a Strict key admits while the store cannot be reached (FailStatic
 // or FailOpen) is counted in keyState.extra, as a Hybrid key's degraded
 // admissions are. Once the store answers, the sync loop charges it to the
-// key, so that the store's bucket does not start full on top of what the
-// node admitted meanwhile (an outage's last second, then a fresh second
-// from the store, would admit twice the limit). Like a Hybrid key's
-// reports, only what falls in the key's current and previous Window is
-// charged (roll and forgetStale, with reported[0] as what was charged):
-// older admissions no longer count against the limit, and charging them
-// would refuse requests for traffic long past.
+// key, or to the shards its decisions go to, so that the store's bucket
+// does not start full on top of what the node admitted meanwhile (an
+// outage's last second, then a fresh second from the store, would admit
+// twice the limit). Like a Hybrid key's reports, only what falls in the
+// key's current and previous Window is charged (roll and forgetStale,
+// with reported[0] as what was charged): older admissions no longer count
+// against the limit, and charging them would refuse requests for traffic
+// long past. Every key's charge goes in one round trip.
 //
 // The sync loop is also what probes a Strict store's breaker: a Strict
 // decision is not sent to a store whose breaker is open, and a Limiter
-// with no Hybrid key has no lease sync to probe with, so a charge (of 0
-// if nothing is owed) is the probe.
+// with no Hybrid key has no lease sync to probe with, so the charges are
+// the probe, or, with nothing owed, a decision of cost 0 on a Strict key.
 
 // owes reports whether a Strict key has admissions not yet charged.
 // Sync loop only.
@@ -42,7 +44,7 @@ func (k *keyState) owes() bool { return k.extra.Load() != k.reported[0] }
 // without the store, and probes the store's breaker with probe (a Strict
 // key) if no lease sync will. syncMu is held.
 func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState, probe *keyState, synced bool) {
-	if l.charger == nil || len(l.fleets) == 0 {
+	if l.strict == nil {
 		return
 	}
 	for _, k := range owed {
@@ -55,26 +57,61 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 	if !f.allow(l.wall(now), true) {
 		return
 	}
-	if len(owed) == 0 {
-		owed = append(owed, probe)
-	}
 	sent := l.wall(l.now())
-	var err error
-	for _, k := range owed {
-		s0 := k.extra.Load()
-		cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
-		err = l.charger.Charge(cctx, k.key, k.pol.limit, max(0, s0-k.reported[0]))
+	if len(owed) == 0 {
+		cctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
+		_, err := l.strict.Allow(cctx, probe.key, probe.pol.limit, 0)
 		cancel()
-		switch {
-		case err == nil:
-			k.reported[0] = s0
-		case errors.Is(err, global.ErrInvalid) || errors.Is(err, global.ErrCorrupt):
-			l.keyFailed(k, err) // charged again next time, until too old to count
-			err = nil
-		default:
-			f.result(sent, err)
-			return // unreachable: the rest wait for the next sync
+		f.result(sent, err)
+		return
+	}
+	s := &l.syncs
+	s.charges, s.chargeOf = s.charges[:0], s.chargeOf[:0]
+	s.spentAt = s.spentAt[:0]
+	for i, k := range owed {
+		s0 := k.extra.Load()
+		s.spentAt = append(s.spentAt, s0)
+		n := max(0, s0-k.reported[0])
+		if set := k.shards.Load(); set != nil {
+			// Decided on its shards, as far as this node knows (its
+			// view may be due to be confirmed): the charge is shared
+			// between them, as the decisions were. If the split has
+			// ended, the merge carries what the shards spent over.
+			per, rest := n/int64(len(set.keys)), n%int64(len(set.keys))
+			for j, sh := range set.keys {
+				c := per
+				if int64(j) < rest {
+					c++
+				}
+				s.charges = append(s.charges, global.StrictCharge{Key: k.key, Shard: sh, Limit: set.limit, N: c})
+				s.chargeOf = append(s.chargeOf, i)
+			}
+			continue
+		}
+		s.charges = append(s.charges, global.StrictCharge{Key: k.key, Limit: k.pol.limit, N: n})
+		s.chargeOf = append(s.chargeOf, i)
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+	errs, err := l.charger.Charge(cctx, s.charges)
+	cancel()
+	if err == nil && len(errs) != len(s.charges) {
+		err = errors.New("hybrid: Config.Syncer's Charge answered the wrong number of charges")
+	}
+	f.result(sent, err)
+	if err != nil {
+		return // charged again next time: too much, at worst, never too little
+	}
+	failed := make(map[int]error)
+	for j, e := range errs {
+		if e != nil {
+			failed[s.chargeOf[j]] = e
 		}
 	}
-	f.result(sent, nil)
+	for i, k := range owed {
+		if e, bad := failed[i]; bad {
+			l.keyFailed(k, e) // charged again next time, until too old to count
+			continue
+		}
+		k.reported[0] = s.spentAt[i]
+	}
 }

@@ -104,3 +104,37 @@ func TestStrictOnlyRecovers(t *testing.T) {
 	assert.False(t, d.Degraded(), "decided by the store again")
 	assert.True(t, d.Allowed())
 }
+
+// TestStrictChargedOnce checks that what a Strict key admitted during an
+// outage is charged once, however many syncs follow: the store's bucket
+// shows the outage's admissions, not a multiple of them.
+func TestStrictChargedOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	clk := clock.NewManual(epoch)
+	l, err := hybrid.New(hybrid.Config{
+		Node: "n1", Syncer: redisSyncer(t, srv), ManualSync: true, Clock: clk, FleetSize: 4,
+		Policies: []hybrid.Policy{{Name: "strict", Mode: hybrid.Strict, Limit: 100, Window: time.Minute}},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	srv.Kill()
+	during := 0
+	for range 50 {
+		d, err := l.Allow("k")
+		require.NoError(t, err)
+		if d.Allowed() {
+			during++
+		}
+	}
+	require.InDelta(t, 25, during, 1, "a quarter, FleetSize 4")
+	srv.Restart(t)
+	for range 8 {
+		clk.Advance(200 * time.Millisecond)
+		_ = l.SyncOnce(context.Background())
+	}
+	d, err := l.Allow("k")
+	require.NoError(t, err)
+	require.False(t, d.Degraded())
+	assert.InDelta(t, 100-during-1, d.Remaining(), 3, "the store shows the outage's admissions once")
+}

@@ -173,7 +173,7 @@ func (k *keyState) grantStriped(set *stripeSet, lease, low int64) {
 	spent, weight := int64(0), int64(0)
 	for i := range words {
 		now[i] = spentOf(k.wordAt(set, i).Load())
-		spent += int64(now[i] - set.s0[i])
+		spent += int64(int32(now[i] - set.s0[i])) // below 0 if a Cancel gave back
 	}
 	for i := range set.s {
 		set.credit[i] = set.s[i].credit.Load()
@@ -196,7 +196,7 @@ func (k *keyState) grantStriped(set *stripeSet, lease, low int64) {
 		w := &st.word
 		for {
 			v := w.Load()
-			a := max(0, min(target-int64(spentOf(v)-now[i]), maxAllowance))
+			a := max(0, min(target-int64(int32(spentOf(v)-now[i])), maxAllowance))
 			if w.CompareAndSwap(v, v&^math.MaxUint32|uint64(a)) {
 				break
 			}
@@ -210,7 +210,7 @@ func (k *keyState) grantStriped(set *stripeSet, lease, low int64) {
 // plus one so that an idle stripe keeps a little: what it spent, moved by
 // its credit to the P that took it. Sync loop only.
 func (k *keyState) demandOf(set *stripeSet, i int) int64 {
-	spent := int64(set.now[i+1] - set.prev[i+1])
+	spent := int64(int32(set.now[i+1] - set.prev[i+1]))
 	return max(0, spent+set.credit[i]-set.creditPrev[i]) + 1
 }
 

@@ -28,7 +28,10 @@ type syncState struct {
 	consumed  []int64     // callLeases: each batch key's unreported consumption
 	owed      []*keyState // Strict keys with admissions to charge to the store
 	probe     *keyState   // a Strict key, to probe the store's breaker with
-	targets   []target    // callLeases: what each Usage of a request is for
+	charges   []global.StrictCharge
+	chargeOf  []int    // the owed key each charge is for
+	spentAt   []int64  // each owed key's extra when its charge was sent
+	targets   []target // callLeases: what each Usage of a request is for
 }
 
 // mark is what a sync read from a key's counters when it started.
@@ -87,7 +90,7 @@ func (l *Limiter) collect(now int64) []*keyState {
 		}
 		if k.pol.Mode == Strict {
 			k.roll(now, k.extra.Load())
-			if k.owes() {
+			if l.charger != nil && k.owes() {
 				s.owed = append(s.owed, k)
 			}
 			s.probe = k
@@ -116,7 +119,7 @@ func (l *Limiter) forget(k *keyState) {
 // sweepOther forgets a Local or Strict key unused since the last sweep,
 // and starts a new period for one that was used.
 func (l *Limiter) sweepOther(k *keyState) {
-	if !k.touched.Load() && (k.pol.Mode != Strict || !k.owes()) {
+	if !k.touched.Load() && (k.pol.Mode != Strict || l.charger == nil || !k.owes()) {
 		l.forget(k)
 		return
 	}
@@ -541,6 +544,9 @@ func (l *Limiter) Close() error {
 		if len(batch) > 0 {
 			l.closeErr = l.syncBatch(context.Background(), now, batch, closing)
 		}
+		// What Strict keys admitted without the store, and is not
+		// charged yet, is charged now or never.
+		l.chargeStrict(context.Background(), now, l.syncs.owed, nil, true)
 		l.degraded.Store(true)
 	})
 	return l.closeErr
