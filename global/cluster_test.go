@@ -135,3 +135,20 @@ func TestCluster(t *testing.T) {
 		}
 	})
 }
+
+// TestEmptyKeyOnCluster: the empty key's Redis keys are hl:{}:lease
+// and hl:{}:lshards; "{}" is no hash tag, so they hash to different slots
+// and every call on a Cluster fails with CROSSSLOT.
+func TestEmptyKeyOnCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	r := newSyncer(t, cl.DeadlineClient(t))
+	ctx := context.Background()
+	lim := global.Limit{Limit: 100, Window: time.Minute}
+	resp, err := r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second,
+		Keys: []global.Usage{{Key: "", Limit: lim, Demand: 10}}})
+	require.NoError(t, err)
+	assert.NoError(t, resp.Grants[0].Err, "lease for the empty key")
+	_, err = r.Allow(ctx, "", lim, 1)
+	assert.NoError(t, err, "strict Allow for the empty key")
+}

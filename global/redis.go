@@ -185,7 +185,16 @@ func strictCall(base string, limit Limit, n int64, gcra, sw *redis.Script, reply
 // open one, and the escape itself, as %XX. So a '%' it writes is always
 // followed by two hex digits, which is what keeps shards' names apart
 // from every key's (see Shard).
+//
+// The empty key is written %00, which no other key's tag is (a '%' it
+// writes is followed by 7B, 7D or 25): an empty tag, {}, is no tag to
+// Redis Cluster, which would hash each of the key's Redis keys on its
+// whole name and put them in different slots.
 func writeTag(b *strings.Builder, key string) {
+	if key == "" {
+		b.WriteString("%00")
+		return
+	}
 	for i := 0; i < len(key); i++ {
 		switch c := key[i]; c {
 		case '{', '}', '%':

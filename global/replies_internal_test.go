@@ -2,6 +2,7 @@ package global
 
 import (
 	"encoding/binary"
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -142,4 +143,46 @@ func FuzzReplies(f *testing.F) {
 			require.GreaterOrEqual(t, left, time.Duration(0))
 		}
 	})
+}
+
+// reply is an error as Redis answers it.
+type reply string
+
+func (e reply) Error() string { return string(e) }
+func (reply) RedisError()     {}
+
+// TestClassify checks which of Redis's replies mean the fleet cannot be
+// used (an outage, for every key) and which are one key's: a reply's
+// prefix decides, never a word in its text, which may quote a stored
+// value.
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err         error
+		unreachable bool
+	}{
+		{reply("OOM command not allowed when used memory > 'maxmemory'."), true},
+		{reply("NOREPLICAS Not enough good replicas to write."), true},
+		{reply("MISCONF Redis is configured to save RDB snapshots"), true},
+		{reply("READONLY You can't write against a read only replica."), true},
+		{reply("MASTERDOWN Link with MASTER is down"), true},
+		{reply("LOADING Redis is loading the dataset in memory"), true},
+		{reply("BUSY Redis is busy running a script."), true},
+		{reply("CLUSTERDOWN The cluster is down"), true},
+		{reply("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{reply("MOVED 3999 127.0.0.1:6381"), true},
+		{reply("ASK 3999 127.0.0.1:6381"), true},
+		{reply("NOAUTH Authentication required."), true},
+		{reply("WRONGPASS invalid username-password pair"), true},
+		{reply("NOPERM this user has no permissions"), true},
+		{reply("ERR max number of clients reached"), true},
+		{reply(`ERR CORRUPT tokens holds "connection" script: 1234`), false},
+		{reply("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{reply("ERR Error running script: connection"), false},
+		{errors.New("EOF"), true},
+		{errors.New("redis: connection pool timeout"), true},
+		{errors.New("dial tcp 127.0.0.1:1: Connection refused"), true},
+	} {
+		assert.Equal(t, tc.unreachable, isUnreachable(tc.err), "%v", tc.err)
+	}
 }

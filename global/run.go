@@ -167,16 +167,20 @@ func isUnreachable(err error) bool {
 	if errors.As(err, &ne) {
 		return true
 	}
-	msg := err.Error()
-	if msg == "EOF" || strings.Contains(msg, "connection") || strings.Contains(msg, "max number of clients reached") {
-		return true
-	}
-	for _, p := range unwritable {
-		if redis.HasErrorPrefix(err, p) {
-			return true
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		// Redis answered: only the reply's prefix says what it means.
+		// Its text may quote a stored value (a script's CORRUPT error
+		// does), so no word in it is taken for an outage.
+		for _, p := range unwritable {
+			if redis.HasErrorPrefix(err, p) {
+				return true
+			}
 		}
+		return strings.HasPrefix(reply.Error(), "ERR max number of clients reached")
 	}
-	return false
+	msg := err.Error()
+	return msg == "EOF" || strings.Contains(strings.ToLower(msg), "connection")
 }
 
 // unwritable are the prefixes of Redis's errors that mean it takes no

@@ -120,3 +120,21 @@ return 1`, nil).Err()
 		})
 	}
 }
+
+// TestCorruptValueIsNotAnOutage: one key's corrupt state whose text
+// holds "connection" must fail that key with ErrCorrupt, not the whole
+// Sync with ErrUnreachable (which opens the breaker for every key).
+func TestCorruptValueIsNotAnOutage(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := s.Client(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	lim := global.Limit{Limit: 100, Window: time.Minute}
+	require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", "bad", "lease"), "tokens", "connection").Err())
+	resp, err := r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second,
+		Keys: []global.Usage{{Key: "fine", Limit: lim, Demand: 10}, {Key: "bad", Limit: lim, Demand: 10}}})
+	require.NoError(t, err, "one key's corrupt state failed the whole Sync")
+	assert.NoError(t, resp.Grants[0].Err)
+	assert.ErrorIs(t, resp.Grants[1].Err, global.ErrCorrupt)
+}

@@ -15,6 +15,7 @@ import (
 	"math"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -184,9 +185,16 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 				Violated: []string{l.Name},
 			}),
 		}
+		var prefixes []string // what could take a key of this Limit elsewhere
 		if lc.Resolve == nil {
-			h.limits[i].foreign = foreign(lc.Policies, l.Prefix)
+			for _, p := range lc.Policies {
+				prefixes = append(prefixes, p.Prefix)
+			}
 		}
+		for _, other := range cfg.Limits {
+			prefixes = append(prefixes, other.Prefix)
+		}
+		h.limits[i].foreign = foreign(prefixes, l.Prefix)
 	}
 	if h.cfg.OnError == nil {
 		logger := cfg.ErrorLog
@@ -237,13 +245,14 @@ func resolve(policies []hybrid.Policy, prefix string) (hybrid.Policy, bool) {
 }
 
 // foreign returns, for a Limit with prefix, the starts of a key that
-// would take it to another policy: the rest of each longer policy Prefix
-// that begins with prefix.
-func foreign(policies []hybrid.Policy, prefix string) []string {
+// would take it to another policy, or name another Limit's key (one
+// client could then spend another's quota): the rest of each longer
+// Prefix, of a policy or of a Limit, that begins with prefix.
+func foreign(prefixes []string, prefix string) []string {
 	var out []string
-	for _, p := range policies {
-		if len(p.Prefix) > len(prefix) && strings.HasPrefix(p.Prefix, prefix) {
-			out = append(out, p.Prefix[len(prefix):])
+	for _, p := range prefixes {
+		if len(p) > len(prefix) && strings.HasPrefix(p, prefix) && !slices.Contains(out, p[len(prefix):]) {
+			out = append(out, p[len(prefix):])
 		}
 	}
 	return out

@@ -1,0 +1,45 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/httplimit"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+)
+
+// TestLimitPrefixOverlap: a Limit with Prefix "" and one with Prefix
+// "ip:" under one catch-all policy. The attacker at 198.51.100.9 sends
+// X-User "ip:192.0.2.7", which is the key the "ip" limit gives the
+// victim 192.0.2.7. Before the fix it spent the victim's address quota,
+// since the foreign check knew policy Prefixes only, not other Limits';
+// now such a key is the client's error.
+func TestLimitPrefixOverlap(t *testing.T) {
+	t.Parallel()
+	lim := localLimiter(t, hybrid.Policy{Name: "all", Limit: 2, Window: time.Hour})
+	mw, err := httplimit.New(httplimit.Config{Limiter: lim, Limits: []httplimit.Limit{
+		{Name: "user", Key: httplimit.Header("X-User"), Window: time.Hour},
+		{Name: "ip", Prefix: "ip:", Key: ip(t, httplimit.ClientIP{}), Window: time.Hour},
+	}})
+	require.NoError(t, err)
+	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	do := func(remote, user string) int {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = remote
+		if user != "" {
+			r.Header.Set("X-User", user)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for i := range 2 {
+		assert.Equal(t, http.StatusBadRequest, do("198.51.100.9:1", "ip:192.0.2.7"), "attacker request %d names another Limit's key", i)
+	}
+	assert.Equal(t, http.StatusOK, do("192.0.2.7:1", ""), "the victim's first request of the hour")
+}
