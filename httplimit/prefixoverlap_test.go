@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,4 +43,34 @@ func TestLimitPrefixOverlap(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, do("198.51.100.9:1", "ip:192.0.2.7"), "attacker request %d names another Limit's key", i)
 	}
 	assert.Equal(t, http.StatusOK, do("192.0.2.7:1", ""), "the victim's first request of the hour")
+}
+
+// TestKeyErrorUndoesEarlierLimits: a request that passes its first Limit
+// and fails the second with a key error must not stay charged to the
+// first: its tokens are given back, as for a refusal.
+func TestKeyErrorUndoesEarlierLimits(t *testing.T) {
+	t.Parallel()
+	lim := localLimiter(t,
+		hybrid.Policy{Name: "a", Prefix: "a:", Limit: 2, Window: time.Hour},
+		hybrid.Policy{Name: "b", Prefix: "b:", Limit: 2, Window: time.Hour})
+	mw, err := httplimit.New(httplimit.Config{Limiter: lim, Limits: []httplimit.Limit{
+		{Name: "a", Key: httplimit.Header("X-A")},
+		{Name: "b", Key: httplimit.Header("X-B")},
+	}})
+	require.NoError(t, err)
+	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	do := func(b string) int {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("X-A", "tenant")
+		r.Header.Set("X-B", b)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for range 3 {
+		assert.Equal(t, http.StatusBadRequest, do(strings.Repeat("x", 1000)), "B's key is too long")
+	}
+	assert.Equal(t, http.StatusOK, do("1"), "A's tokens came back each time")
+	assert.Equal(t, http.StatusOK, do("2"))
+	assert.Equal(t, http.StatusTooManyRequests, do("3"))
 }
