@@ -332,59 +332,103 @@ func slidingRetry(p *params, start, now, prev, cur, n int64) time.Duration {
 	return time.Duration(max(next+e-now, 1))
 }
 
-// idle reports whether the bucket holds nothing a fresh bucket would not:
-// a full token bucket, or windows that no longer weigh.
-func (b *bucket) idle(now int64) bool {
+// idleAt returns the earliest time from which the bucket, left alone,
+// holds nothing a new bucket of the same parameters would not (a full
+// token bucket, windows that no longer weigh, a log with nothing in its
+// window): at or before now if it already does. Decisions only move it
+// later; a resize or a cancelled reservation can bring it forward.
+func (b *bucket) idleAt(now int64) int64 {
 	p := b.p
 	switch p.alg {
 	case TokenBucket:
-		tat := b.s0.Load()
-		return tat != retiredTAT && tat <= now
-	case FixedWindow:
-		st := b.s0.Load()
-		w := floorDiv(now, p.window)
-		return st != retiredWin && countIn(st, effectiveWindow(w, st)) == 0
-	case SlidingWindow:
-		a, c := b.s0.Load(), b.s1.Load()
-		if a == retiredWin || c == retiredWin {
-			return false
+		if tat := b.s0.Load(); tat != retiredTAT {
+			return tat
 		}
-		ew := effectiveWindow(floorDiv(now, p.window), a, c)
-		return countIn(a, ew)+countIn(c, ew)+countIn(a, ew-1)+countIn(c, ew-1) == 0
+	case FixedWindow:
+		if st := b.s0.Load(); st != retiredWin {
+			return fixedIdleAt(p, now, st)
+		}
+	case SlidingWindow:
+		if a, c := b.s0.Load(), b.s1.Load(); a != retiredWin && c != retiredWin {
+			return slidingIdleAt(p, now, a, c)
+		}
 	default:
-		return b.log.idle(p, now)
+		return b.log.idleAt(p)
 	}
+	return math.MaxInt64 // retired: never idle, never removed twice
 }
 
-// retireIfIdle retires the bucket if it is idle, and reports whether it
-// did. A concurrent decision either lands before (and the bucket is no
-// longer idle) or finds it retired.
-func (b *bucket) retireIfIdle(now int64) bool {
+// fixedIdleAt is when a fixed window's word stops counting: the end of
+// the window it counts in, or math.MinInt64 if it counts nothing.
+func fixedIdleAt(p *params, now, st int64) int64 {
+	ew := effectiveWindow(floorDiv(now, p.window), st)
+	if countIn(st, ew) == 0 {
+		return math.MinInt64
+	}
+	return windowEdge(ew+1, p.window)
+}
+
+// slidingIdleAt is when the sliding window counter's words stop weighing:
+// a count in the current window weighs until the end of the next one.
+func slidingIdleAt(p *params, now, a, c int64) int64 {
+	ew := effectiveWindow(floorDiv(now, p.window), a, c)
+	switch {
+	case countIn(a, ew)+countIn(c, ew) > 0:
+		return windowEdge(ew+2, p.window)
+	case countIn(a, ew-1)+countIn(c, ew-1) > 0:
+		return windowEdge(ew+1, p.window)
+	}
+	return math.MinInt64
+}
+
+// windowEdge returns w*window, the start of window w, or math.MaxInt64 if
+// that does not fit.
+func windowEdge(w, window int64) int64 {
+	hi, lo := bits.Mul64(uint64(max(w, 0)), uint64(window))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(lo)
+}
+
+// retireIfIdle retires the bucket if it is idle at now and reports whether
+// it did; if not, idleAt is the earliest time it could be. A concurrent
+// decision either lands before (and the bucket is no longer idle) or
+// finds it retired.
+func (b *bucket) retireIfIdle(now int64) (retired bool, idleAt int64) {
 	p := b.p
-	switch p.alg {
-	case TokenBucket:
-		tat := b.s0.Load()
-		return tat != retiredTAT && tat <= now && b.s0.CompareAndSwap(tat, retiredTAT)
-	case FixedWindow:
-		st := b.s0.Load()
-		w := floorDiv(now, p.window)
-		return st != retiredWin && countIn(st, effectiveWindow(w, st)) == 0 &&
-			b.s0.CompareAndSwap(st, retiredWin)
-	case SlidingWindow:
-		a, c := b.s0.Load(), b.s1.Load()
-		if a == retiredWin || c == retiredWin || !b.idle(now) {
-			return false
+	for {
+		switch p.alg {
+		case TokenBucket:
+			tat := b.s0.Load()
+			if tat == retiredTAT || tat > now {
+				return false, b.idleAt(now)
+			}
+			if b.s0.CompareAndSwap(tat, retiredTAT) {
+				return true, 0
+			}
+		case FixedWindow:
+			st := b.s0.Load()
+			if st == retiredWin || fixedIdleAt(p, now, st) > now {
+				return false, b.idleAt(now)
+			}
+			if b.s0.CompareAndSwap(st, retiredWin) {
+				return true, 0
+			}
+		case SlidingWindow:
+			a, c := b.s0.Load(), b.s1.Load()
+			if a == retiredWin || c == retiredWin || slidingIdleAt(p, now, a, c) > now {
+				return false, b.idleAt(now)
+			}
+			if b.s0.CompareAndSwap(a, retiredWin) {
+				if b.s1.CompareAndSwap(c, retiredWin) {
+					return true, 0
+				}
+				b.s0.Store(a) // a decision landed in s1: look again
+			}
+		default:
+			return b.log.retireIfIdle(p, now)
 		}
-		if !b.s0.CompareAndSwap(a, retiredWin) {
-			return false
-		}
-		if !b.s1.CompareAndSwap(c, retiredWin) {
-			b.s0.Store(a) // a decision landed in s1: not idle after all
-			return false
-		}
-		return true
-	default:
-		return b.log.retireIfIdle(p, now)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,10 +20,17 @@ var ErrReserveUnsupported = errors.New("local: reservations need Algorithm Token
 type Reservation struct {
 	ok    bool
 	delay time.Duration
-	n     int64
-	b     *bucket
-	start int64 // the bucket's TAT before the reservation
-	end   int64 // its TAT after
+	c     *reserved // nil unless there are tokens to give back
+}
+
+// reserved is what Cancel needs to give a reservation's tokens back. Every
+// copy of a Reservation shares it, so that one Cancel, and only one,
+// gives them back.
+type reserved struct {
+	b          *bucket
+	sh         *shard // the key's shard, told when the bucket may idle sooner
+	start, end int64  // the bucket's TAT before and after the reservation
+	done       atomic.Bool
 }
 
 // OK reports whether the reservation was made. It is false when the cost
@@ -41,10 +50,21 @@ func (r Reservation) Delay() time.Duration {
 // act on it after all. Only the latest reservation on a key can be given
 // back: once another has queued behind it, its slot stays spent, so that
 // the later one's promise still holds. Cancelling a reservation that was
-// not made, or whose key has since been resized or removed, does nothing.
+// not made, that reserved nothing (n <= 0), or whose key has since been
+// resized or removed, does nothing. Cancel acts once: calling it again,
+// on the Reservation or on a copy, does nothing.
 func (r Reservation) Cancel() {
-	if r.ok && r.b != nil && r.n > 0 {
-		r.b.s0.CompareAndSwap(r.end, r.start)
+	c := r.c
+	if c == nil || !c.done.CompareAndSwap(false, true) {
+		return
+	}
+	// The bucket's TAT is end only if no decision has moved it since: any
+	// other path to end would be a later reservation cancelled, and that
+	// restores exactly the TAT it found, which was end.
+	if c.b.s0.CompareAndSwap(c.end, c.start) {
+		c.sh.mu.Lock()
+		c.sh.lowerIdleLocked(c.start) // fuller, so idle sooner
+		c.sh.mu.Unlock()
 	}
 }
 
@@ -58,10 +78,12 @@ func (l *Limiter) Reserve(key string) (Reservation, error) {
 // within maxDelay of t, and returns the reservation; the caller acts after
 // its Delay. Unlike AllowNAt, a reservation is counted even when it lies in
 // the future, so later callers queue behind it: requests are spaced out at
-// the configured rate rather than refused.
+// the configured rate rather than refused. A cost n <= 0 reserves nothing:
+// the Reservation is OK with no delay, and Cancel does nothing.
 //
 // It needs Algorithm TokenBucket and otherwise returns
-// ErrReserveUnsupported.
+// ErrReserveUnsupported. A new key when MaxKeys keys are held and none is
+// idle gets ErrTooManyKeys.
 func (l *Limiter) ReserveNAt(key string, t time.Time, n int, maxDelay time.Duration) (Reservation, error) {
 	if l.cfg.Algorithm != TokenBucket {
 		return Reservation{}, ErrReserveUnsupported
@@ -72,19 +94,31 @@ func (l *Limiter) ReserveNAt(key string, t time.Time, n int, maxDelay time.Durat
 	now := l.monotone(l.nanos(t))
 	cost := max(int64(n), 0)
 	h := hashKey(key)
-	var e *entry
+	e := l.keys.shardFor(h).tab.Load().lookup(h, key)
 	for {
+		created := false
 		if e == nil {
-			e = l.keys.insert(h, key, l.p, l)
+			var err error
+			if e, created, err = l.keys.insert(h, key, l.p, l); err != nil {
+				return Reservation{}, err
+			}
 		}
 		b := e.b.Load()
 		if b == nil {
-			e = nil
+			e, now = nil, l.monotone(now) // swept: see allowSlow
 			continue
 		}
 		if r, ok := b.reserve(now, cost, maxDelay); ok {
-			l.touch(e, now)
+			if created {
+				l.keys.noteIdle(h, b.idleAt(now))
+			}
+			if r.c != nil {
+				r.c.sh = l.keys.shardFor(h)
+			}
 			return r, nil
+		}
+		if e.b.Load() == b {
+			runtime.Gosched() // retired under us: see allowSlow
 		}
 	}
 }
@@ -106,8 +140,11 @@ func (b *bucket) reserve(now, n int64, maxDelay time.Duration) (r Reservation, o
 		if delay > maxDelay {
 			return Reservation{}, true
 		}
-		if n == 0 || b.s0.CompareAndSwap(tat, next) {
-			return Reservation{ok: true, delay: delay, n: n, b: b, start: tat, end: next}, true
+		if n == 0 {
+			return Reservation{ok: true}, true
+		}
+		if b.s0.CompareAndSwap(tat, next) {
+			return Reservation{ok: true, delay: delay, c: &reserved{b: b, start: tat, end: next}}, true
 		}
 	}
 }
