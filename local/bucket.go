@@ -456,7 +456,10 @@ func (b *bucket) resized(q *params, now int64) *bucket {
 	nb := newBucket(q)
 	switch q.alg {
 	case TokenBucket:
-		tat := now
+		// A full bucket stays full at any time, as a new one is, rather
+		// than full from now on: stamping it with now would make a
+		// decision at a time read just before the resize find it short.
+		tat := s0
 		if ahead := s0 - now; ahead > 0 {
 			// ahead/t tokens are spent; they cost q.t each from now on.
 			// Capped so that an absurd shrink cannot overflow; the cap is

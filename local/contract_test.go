@@ -67,3 +67,67 @@ func TestNonPositiveCostAddsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestSetLimitThenEarlierTime is issue 18's item 15 seen from local: a
+// bucket created by SetLimit, then drained at a time read just before it,
+// must admit its whole burst. A new key is full at any time, and a time
+// earlier than one already seen counts as no time passing, not as a debt.
+func TestSetLimitThenEarlierTime(t *testing.T) {
+	t.Parallel()
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			l, c := newManual(t, local.Config{Algorithm: alg, Limit: 100, Window: time.Second})
+			c.Advance(time.Second)
+			_, err := l.Allow("other") // the Limiter has seen this instant
+			require.NoError(t, err)
+			c.Advance(500 * time.Microsecond)
+			at := c.Now()
+			c.Advance(time.Microsecond)
+
+			require.NoError(t, l.SetLimit("fresh", 10, 10))
+			r, err := l.AllowNAt("fresh", at, 10)
+			require.NoError(t, err)
+			assert.True(t, r.Allowed(), "a new bucket's burst at a time just before SetLimit: %+v", r)
+			r, err = l.AllowNAt("fresh", at, 1)
+			require.NoError(t, err)
+			assert.False(t, r.Allowed(), "and no more")
+		})
+	}
+}
+
+// TestSetLimitAt: a resize at an explicit time carries the spent tokens
+// over as of that time, so a caller that read the clock once resizes and
+// decides at the same instant.
+func TestSetLimitAt(t *testing.T) {
+	t.Parallel()
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			l, c := newManual(t, local.Config{Algorithm: alg, Limit: 10, Window: time.Second})
+			c.Advance(time.Second)
+			at := c.Now()
+			r, err := l.AllowNAt("spent", at, 6)
+			require.NoError(t, err)
+			require.True(t, r.Allowed())
+			c.Advance(time.Millisecond) // the clock moves on; the caller still decides at at
+
+			require.NoError(t, l.SetLimitAt("spent", at, 5, 5))
+			r, err = l.AllowNAt("spent", at, 0)
+			require.NoError(t, err)
+			assert.Zero(t, r.Remaining, "6 spent against a limit of 5")
+			r, err = l.AllowNAt("spent", at, 1)
+			require.NoError(t, err)
+			assert.False(t, r.Allowed())
+
+			require.NoError(t, l.SetLimitAt("fresh", at, 5, 5))
+			r, err = l.AllowNAt("fresh", at, 5)
+			require.NoError(t, err)
+			assert.True(t, r.Allowed(), "a new key's whole burst at the time it was created")
+
+			err = l.SetLimitAt("fresh", at, 0, 0)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "Config.Limit")
+		})
+	}
+}

@@ -88,7 +88,8 @@ func (l *Limiter) AllowN(key string, n int) (Result, error) {
 // latest time each algorithm keeps its own order: the fixed window decides
 // in the latest window the key counted in, the log at the latest time it
 // saw, and the token bucket and the sliding window counter at t itself,
-// which can only be stricter than at the later time.
+// which can only be stricter than at the later time. A new key, and one
+// created by SetLimit, is full at any time.
 //
 // An error comes with a refusing Result: ErrKeyTooLong, and
 // ErrTooManyKeys for a new key when MaxKeys keys are held and none is
@@ -243,7 +244,9 @@ func (l *Limiter) retire(e *entry) {
 // SetLimit changes key's limit and burst (window unchanged) while requests
 // flow, keeping what the key has already spent: a token bucket's spent
 // tokens stay spent at the new rate, window counts and log entries stay
-// counted. A burst of 0 means the limit. A key not yet seen is created.
+// counted. A burst of 0 means the limit. A key not yet seen is created
+// full, as a new key is: full at any time, including times earlier than
+// the call. It is SetLimitAt at the clock's current time.
 //
 // SetLimit is how a node resizes a key's bucket to its share of a fleet
 // quota. Decisions racing with it see either the old or the new bucket,
@@ -256,6 +259,13 @@ func (l *Limiter) retire(e *entry) {
 // are held and none is idle fails with an error wrapping ErrTooManyKeys.
 func (l *Limiter) SetLimit(key string, limit, burst int64) error {
 	return l.setLimit(key, l.now(), limit, burst)
+}
+
+// SetLimitAt is SetLimit at time t: a token bucket's spent tokens are
+// carried over as of t. A caller that reads the clock once for a resize
+// and the decisions that follow passes that time to both.
+func (l *Limiter) SetLimitAt(key string, t time.Time, limit, burst int64) error {
+	return l.setLimit(key, l.monotone(l.nanos(t)), limit, burst)
 }
 
 func (l *Limiter) setLimit(key string, now, limit, burst int64) error {
