@@ -17,6 +17,7 @@ type params struct {
 	t      int64  // TokenBucket: nanoseconds per token
 	tau    int64  // TokenBucket: burst * t, the most a bucket may run ahead
 	recipT uint64 // TokenBucket: ceil(2^64 / t), for tokens
+	ahead  int64  // window algorithms: how many windows a word can be ahead of now
 }
 
 func newParams(alg Algorithm, limit int64, window time.Duration, burst int64) *params {
@@ -26,6 +27,8 @@ func newParams(alg Algorithm, limit int64, window time.Duration, burst int64) *p
 		p.t = emission(limit, window)
 		p.tau = burst * p.t
 		p.recipT = math.MaxUint64/uint64(p.t) + 1 // wraps to 0 for t == 1, which tokens handles
+	} else {
+		p.ahead = maxLag/p.window + 2
 	}
 	return p
 }
@@ -173,12 +176,19 @@ func floorDiv(a, b int64) int64 {
 // effectiveWindow returns the window to decide in: the one now falls in,
 // or a later one a word already records if the clock went backwards, so
 // going back in time never reopens a window.
-func effectiveWindow(w int64, words ...int64) int64 {
+//
+// A word keeps its window modulo 2^32, so a word written 2^31 windows ago
+// or more (25 days of 1 ms windows) reads as ahead of now. No word is
+// really ahead by more than p.ahead windows: every decision happens no
+// earlier than the Limiter's high-water mark, which trails any time it has
+// seen by at most maxLag. A word further ahead is an old one, and counts
+// nothing now.
+func effectiveWindow(p *params, w int64, words ...int64) int64 {
 	ew := w
 	for _, st := range words {
 		sw, _ := unpackWin(st)
-		if d := int32(uint32(w) - sw); d < 0 {
-			ew = max(ew, w-int64(d))
+		if d := int64(int32(uint32(w) - sw)); d < 0 && -d <= p.ahead {
+			ew = max(ew, w-d)
 		}
 	}
 	return ew
@@ -203,7 +213,7 @@ func (b *bucket) takeFixed(now, n int64) (Result, bool) {
 		if st == retiredWin {
 			return r, false
 		}
-		ew := effectiveWindow(w, st)
+		ew := effectiveWindow(p, w, st)
 		count := countIn(st, ew)
 		end := (ew+1)*p.window - now
 		if n > p.limit || (n > 0 && count+n > p.limit) {
@@ -276,7 +286,7 @@ func (b *bucket) takeSliding(now, n int64) (Result, bool) {
 		if a == retiredWin || c == retiredWin {
 			return r, false
 		}
-		ew := effectiveWindow(w, a, c)
+		ew := effectiveWindow(p, w, a, c)
 		slot, curWord, prevWord := &b.s0, a, c
 		if ew&1 != 0 {
 			slot, curWord, prevWord = &b.s1, c, a
@@ -361,7 +371,7 @@ func (b *bucket) idleAt(now int64) int64 {
 // fixedIdleAt is when a fixed window's word stops counting: the end of
 // the window it counts in, or math.MinInt64 if it counts nothing.
 func fixedIdleAt(p *params, now, st int64) int64 {
-	ew := effectiveWindow(floorDiv(now, p.window), st)
+	ew := effectiveWindow(p, floorDiv(now, p.window), st)
 	if countIn(st, ew) == 0 {
 		return math.MinInt64
 	}
@@ -371,7 +381,7 @@ func fixedIdleAt(p *params, now, st int64) int64 {
 // slidingIdleAt is when the sliding window counter's words stop weighing:
 // a count in the current window weighs until the end of the next one.
 func slidingIdleAt(p *params, now, a, c int64) int64 {
-	ew := effectiveWindow(floorDiv(now, p.window), a, c)
+	ew := effectiveWindow(p, floorDiv(now, p.window), a, c)
 	switch {
 	case countIn(a, ew)+countIn(c, ew) > 0:
 		return windowEdge(ew+2, p.window)

@@ -131,3 +131,38 @@ func TestSetLimitAt(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowsAfterManyWindows: the window algorithms keep a window's
+// number modulo 2^32. A key first seen, or seen again, more than 2^31
+// windows after the Limiter began (25 days at 1 ms) must not take its own
+// window for one in the future, where its count would stand for weeks.
+func TestWindowsAfterManyWindows(t *testing.T) {
+	t.Parallel()
+	for _, alg := range []local.Algorithm{local.FixedWindow, local.SlidingWindow} {
+		for _, idle := range []time.Duration{25 * 24 * time.Hour, 40 * 24 * time.Hour} {
+			t.Run(fmt.Sprintf("%v/%v", alg, idle), func(t *testing.T) {
+				t.Parallel()
+				l, c := newManual(t, local.Config{Algorithm: alg, Limit: 2, Window: time.Millisecond})
+				_, err := l.AllowN("old", 2)
+				require.NoError(t, err)
+				c.Advance(idle)
+				for _, key := range []string{"new", "old"} {
+					r, err := l.AllowN(key, 2)
+					require.NoError(t, err)
+					require.True(t, r.Allowed(), "%s: %+v", key, r)
+					assert.LessOrEqual(t, r.ResetAfter, 2*time.Millisecond, key)
+					r, err = l.Allow(key)
+					require.NoError(t, err)
+					require.False(t, r.Allowed(), key)
+					assert.LessOrEqual(t, r.RetryAfter, 2*time.Millisecond, key)
+				}
+				c.Advance(5 * time.Millisecond)
+				for _, key := range []string{"new", "old"} {
+					r, err := l.Allow(key)
+					require.NoError(t, err)
+					assert.True(t, r.Allowed(), "%s a few windows later: %+v", key, r)
+				}
+			})
+		}
+	}
+}

@@ -198,11 +198,15 @@ func (l *Limiter) monotone(now int64) int64 {
 	if now < hw {
 		return hw
 	}
-	if now-hw > 1<<20 {
+	if now-hw > maxLag {
 		l.highWater.Store(now)
 	}
 	return now
 }
+
+// maxLag is how far the high-water mark may trail the latest time seen,
+// about a millisecond.
+const maxLag = 1 << 20
 
 // sweepTime, retireIdle and retire make *Limiter the key map's sweeper.
 //
