@@ -36,7 +36,8 @@ func newParams(alg Algorithm, limit int64, window time.Duration, burst int64) *p
 // bucket is one key's state. Its fields are used as the algorithm needs:
 //
 //   - TokenBucket: s0 is GCRA's theoretical arrival time (TAT) in
-//     nanoseconds since the Limiter's epoch.
+//     nanoseconds since the Limiter's epoch; s1 counts the reservations
+//     given back (see Reservation.Cancel).
 //   - FixedWindow: s0 packs the window number and its count.
 //   - SlidingWindow: s0 and s1 each pack a window number and its count; the
 //     window's parity picks the slot.

@@ -209,8 +209,11 @@ func (m *keyMap) nextIdle() int64 {
 
 // noteIdle records that a key in h's shard may be idle from at: its first
 // decision, or a change that can only bring its idle time forward.
-func (m *keyMap) noteIdle(h uint64, at int64) {
-	sh := m.shardFor(h)
+func (m *keyMap) noteIdle(h uint64, at int64) { m.shardFor(h).lowerIdle(at) }
+
+// lowerIdle lowers the shard's idleAt to at, taking the lock only when
+// that changes it.
+func (sh *shard) lowerIdle(at int64) {
 	if sh.idleAt.Load() <= at {
 		return
 	}

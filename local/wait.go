@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync/atomic"
 	"time"
 )
 
@@ -20,17 +19,11 @@ var ErrReserveUnsupported = errors.New("local: reservations need Algorithm Token
 type Reservation struct {
 	ok    bool
 	delay time.Duration
-	c     *reserved // nil unless there are tokens to give back
-}
-
-// reserved is what Cancel needs to give a reservation's tokens back. Every
-// copy of a Reservation shares it, so that one Cancel, and only one,
-// gives them back.
-type reserved struct {
-	b          *bucket
-	sh         *shard // the key's shard, told when the bucket may idle sooner
-	start, end int64  // the bucket's TAT before and after the reservation
-	done       atomic.Bool
+	b     *bucket // nil unless there are tokens to give back
+	sh    *shard  // the key's shard, told when the bucket may idle sooner
+	gen   int64   // the bucket's give-back count before the reservation
+	start int64   // the bucket's TAT before the reservation
+	end   int64   // its TAT after
 }
 
 // OK reports whether the reservation was made. It is false when the cost
@@ -51,20 +44,25 @@ func (r Reservation) Delay() time.Duration {
 // back: once another has queued behind it, its slot stays spent, so that
 // the later one's promise still holds. Cancelling a reservation that was
 // not made, that reserved nothing (n <= 0), or whose key has since been
-// resized or removed, does nothing. Cancel acts once: calling it again,
-// on the Reservation or on a copy, does nothing.
+// resized or removed, does nothing. A reservation is given back at most
+// once, however often it, or a copy of it, is cancelled.
 func (r Reservation) Cancel() {
-	c := r.c
-	if c == nil || !c.done.CompareAndSwap(false, true) {
+	b := r.b
+	if b == nil || b.s0.Load() != r.end {
 		return
 	}
-	// The bucket's TAT is end only if no decision has moved it since: any
-	// other path to end would be a later reservation cancelled, and that
-	// restores exactly the TAT it found, which was end.
-	if c.b.s0.CompareAndSwap(c.end, c.start) {
-		c.sh.mu.Lock()
-		c.sh.lowerIdleLocked(c.start) // fuller, so idle sooner
-		c.sh.mu.Unlock()
+	// A bare CAS of the TAT from end back to start would act again after
+	// the reservation was given back and another of the same cost took
+	// the same slot: the TAT would be end once more. So every give-back
+	// first counts itself in s1, and only a reservation made since the
+	// last one counted (gen unchanged) may give back. Then the TAT can
+	// only have moved down since the reservation by a counted give-back,
+	// so finding it at end means nothing came after.
+	if !b.s1.CompareAndSwap(r.gen, r.gen+1) {
+		return
+	}
+	if b.s0.CompareAndSwap(r.end, r.start) {
+		r.sh.lowerIdle(r.start) // fuller, so idle sooner
 	}
 }
 
@@ -112,8 +110,8 @@ func (l *Limiter) ReserveNAt(key string, t time.Time, n int, maxDelay time.Durat
 			if created {
 				l.keys.noteIdle(h, b.idleAt(now))
 			}
-			if r.c != nil {
-				r.c.sh = l.keys.shardFor(h)
+			if r.b != nil {
+				r.sh = l.keys.shardFor(h)
 			}
 			return r, nil
 		}
@@ -128,6 +126,7 @@ func (l *Limiter) ReserveNAt(key string, t time.Time, n int, maxDelay time.Durat
 func (b *bucket) reserve(now, n int64, maxDelay time.Duration) (r Reservation, ok bool) {
 	p := b.p
 	for {
+		gen := b.s1.Load() // before the TAT: see Cancel
 		tat := b.s0.Load()
 		if tat == retiredTAT {
 			return r, false
@@ -144,7 +143,7 @@ func (b *bucket) reserve(now, n int64, maxDelay time.Duration) (r Reservation, o
 			return Reservation{ok: true}, true
 		}
 		if b.s0.CompareAndSwap(tat, next) {
-			return Reservation{ok: true, delay: delay, c: &reserved{b: b, start: tat, end: next}}, true
+			return Reservation{ok: true, delay: delay, b: b, gen: gen, start: tat, end: next}, true
 		}
 	}
 }
