@@ -191,7 +191,9 @@ func (m *keyMap) makeRoom(s sweeper) int {
 			continue
 		}
 		sh.mu.Lock()
-		n += m.sweepLocked(sh, s, now)
+		if sh.idleAt.Load() <= now { // not swept meanwhile by another new key
+			n += m.sweepLocked(sh, s, now)
+		}
 		sh.mu.Unlock()
 	}
 	return n
