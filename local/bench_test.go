@@ -189,3 +189,44 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 	}
 	b.ReportMetric(perKey, "bytes/key")
 }
+
+// BenchmarkAllowFullRefused is a flood of new keys against a Limiter
+// holding MaxKeys keys that have all spent something: each new key is
+// refused with ErrTooManyKeys, and must cost little, since nothing can be
+// forgotten to make room for it.
+func BenchmarkAllowFullRefused(b *testing.B) {
+	const maxKeys = 1 << 16
+	l, err := local.New(local.Config{Limit: 1, Window: time.Hour, MaxKeys: maxKeys})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range maxKeys {
+		_, _ = l.Allow("held:" + strconv.Itoa(i))
+	}
+	names := make([]string, 1<<16)
+	for i := range names {
+		names[i] = "new:" + strconv.Itoa(i)
+	}
+	var ok bool
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		r, _ := l.Allow(names[i&(len(names)-1)])
+		ok = r.Allowed()
+		i++
+	}
+	sink.Store(ok)
+}
+
+// BenchmarkReserveCancel is a reservation given back at once, as a caller
+// that takes tokens from several limits and finds a later one refusing
+// does.
+func BenchmarkReserveCancel(b *testing.B) {
+	l := newBench(b, local.TokenBucket, 0)
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		r, _ := l.ReserveNAt("user:42", now, 1, 0)
+		r.Cancel()
+	}
+}

@@ -17,6 +17,7 @@ type params struct {
 	t      int64  // TokenBucket: nanoseconds per token
 	tau    int64  // TokenBucket: burst * t, the most a bucket may run ahead
 	recipT uint64 // TokenBucket: ceil(2^64 / t), for tokens
+	ahead  int64  // window algorithms: how many windows a word can be ahead of now
 }
 
 func newParams(alg Algorithm, limit int64, window time.Duration, burst int64) *params {
@@ -26,6 +27,8 @@ func newParams(alg Algorithm, limit int64, window time.Duration, burst int64) *p
 		p.t = emission(limit, window)
 		p.tau = burst * p.t
 		p.recipT = math.MaxUint64/uint64(p.t) + 1 // wraps to 0 for t == 1, which tokens handles
+	} else {
+		p.ahead = maxLag/p.window + 2
 	}
 	return p
 }
@@ -33,7 +36,8 @@ func newParams(alg Algorithm, limit int64, window time.Duration, burst int64) *p
 // bucket is one key's state. Its fields are used as the algorithm needs:
 //
 //   - TokenBucket: s0 is GCRA's theoretical arrival time (TAT) in
-//     nanoseconds since the Limiter's epoch.
+//     nanoseconds since the Limiter's epoch; s1 counts the reservations
+//     given back (see Reservation.Cancel).
 //   - FixedWindow: s0 packs the window number and its count.
 //   - SlidingWindow: s0 and s1 each pack a window number and its count; the
 //     window's parity picks the slot.
@@ -173,12 +177,19 @@ func floorDiv(a, b int64) int64 {
 // effectiveWindow returns the window to decide in: the one now falls in,
 // or a later one a word already records if the clock went backwards, so
 // going back in time never reopens a window.
-func effectiveWindow(w int64, words ...int64) int64 {
+//
+// A word keeps its window modulo 2^32, so a word written 2^31 windows ago
+// or more (25 days of 1 ms windows) reads as ahead of now. No word is
+// really ahead by more than p.ahead windows: every decision happens no
+// earlier than the Limiter's high-water mark, which trails any time it has
+// seen by at most maxLag. A word further ahead is an old one, and counts
+// nothing now.
+func effectiveWindow(p *params, w int64, words ...int64) int64 {
 	ew := w
 	for _, st := range words {
 		sw, _ := unpackWin(st)
-		if d := int32(uint32(w) - sw); d < 0 {
-			ew = max(ew, w-int64(d))
+		if d := int64(int32(uint32(w) - sw)); d < 0 && -d <= p.ahead {
+			ew = max(ew, w-d)
 		}
 	}
 	return ew
@@ -203,7 +214,7 @@ func (b *bucket) takeFixed(now, n int64) (Result, bool) {
 		if st == retiredWin {
 			return r, false
 		}
-		ew := effectiveWindow(w, st)
+		ew := effectiveWindow(p, w, st)
 		count := countIn(st, ew)
 		end := (ew+1)*p.window - now
 		if n > p.limit || (n > 0 && count+n > p.limit) {
@@ -276,7 +287,7 @@ func (b *bucket) takeSliding(now, n int64) (Result, bool) {
 		if a == retiredWin || c == retiredWin {
 			return r, false
 		}
-		ew := effectiveWindow(w, a, c)
+		ew := effectiveWindow(p, w, a, c)
 		slot, curWord, prevWord := &b.s0, a, c
 		if ew&1 != 0 {
 			slot, curWord, prevWord = &b.s1, c, a
@@ -332,59 +343,103 @@ func slidingRetry(p *params, start, now, prev, cur, n int64) time.Duration {
 	return time.Duration(max(next+e-now, 1))
 }
 
-// idle reports whether the bucket holds nothing a fresh bucket would not:
-// a full token bucket, or windows that no longer weigh.
-func (b *bucket) idle(now int64) bool {
+// idleAt returns the earliest time from which the bucket, left alone,
+// holds nothing a new bucket of the same parameters would not (a full
+// token bucket, windows that no longer weigh, a log with nothing in its
+// window): at or before now if it already does. Decisions only move it
+// later; a resize or a cancelled reservation can bring it forward.
+func (b *bucket) idleAt(now int64) int64 {
 	p := b.p
 	switch p.alg {
 	case TokenBucket:
-		tat := b.s0.Load()
-		return tat != retiredTAT && tat <= now
-	case FixedWindow:
-		st := b.s0.Load()
-		w := floorDiv(now, p.window)
-		return st != retiredWin && countIn(st, effectiveWindow(w, st)) == 0
-	case SlidingWindow:
-		a, c := b.s0.Load(), b.s1.Load()
-		if a == retiredWin || c == retiredWin {
-			return false
+		if tat := b.s0.Load(); tat != retiredTAT {
+			return tat
 		}
-		ew := effectiveWindow(floorDiv(now, p.window), a, c)
-		return countIn(a, ew)+countIn(c, ew)+countIn(a, ew-1)+countIn(c, ew-1) == 0
+	case FixedWindow:
+		if st := b.s0.Load(); st != retiredWin {
+			return fixedIdleAt(p, now, st)
+		}
+	case SlidingWindow:
+		if a, c := b.s0.Load(), b.s1.Load(); a != retiredWin && c != retiredWin {
+			return slidingIdleAt(p, now, a, c)
+		}
 	default:
-		return b.log.idle(p, now)
+		return b.log.idleAt(p)
 	}
+	return math.MaxInt64 // retired: never idle, never removed twice
 }
 
-// retireIfIdle retires the bucket if it is idle, and reports whether it
-// did. A concurrent decision either lands before (and the bucket is no
-// longer idle) or finds it retired.
-func (b *bucket) retireIfIdle(now int64) bool {
+// fixedIdleAt is when a fixed window's word stops counting: the end of
+// the window it counts in, or math.MinInt64 if it counts nothing.
+func fixedIdleAt(p *params, now, st int64) int64 {
+	ew := effectiveWindow(p, floorDiv(now, p.window), st)
+	if countIn(st, ew) == 0 {
+		return math.MinInt64
+	}
+	return windowEdge(ew+1, p.window)
+}
+
+// slidingIdleAt is when the sliding window counter's words stop weighing:
+// a count in the current window weighs until the end of the next one.
+func slidingIdleAt(p *params, now, a, c int64) int64 {
+	ew := effectiveWindow(p, floorDiv(now, p.window), a, c)
+	switch {
+	case countIn(a, ew)+countIn(c, ew) > 0:
+		return windowEdge(ew+2, p.window)
+	case countIn(a, ew-1)+countIn(c, ew-1) > 0:
+		return windowEdge(ew+1, p.window)
+	}
+	return math.MinInt64
+}
+
+// windowEdge returns w*window, the start of window w, or math.MaxInt64 if
+// that does not fit.
+func windowEdge(w, window int64) int64 {
+	hi, lo := bits.Mul64(uint64(max(w, 0)), uint64(window))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(lo)
+}
+
+// retireIfIdle retires the bucket if it is idle at now and reports whether
+// it did; if not, idleAt is the earliest time it could be. A concurrent
+// decision either lands before (and the bucket is no longer idle) or
+// finds it retired.
+func (b *bucket) retireIfIdle(now int64) (retired bool, idleAt int64) {
 	p := b.p
-	switch p.alg {
-	case TokenBucket:
-		tat := b.s0.Load()
-		return tat != retiredTAT && tat <= now && b.s0.CompareAndSwap(tat, retiredTAT)
-	case FixedWindow:
-		st := b.s0.Load()
-		w := floorDiv(now, p.window)
-		return st != retiredWin && countIn(st, effectiveWindow(w, st)) == 0 &&
-			b.s0.CompareAndSwap(st, retiredWin)
-	case SlidingWindow:
-		a, c := b.s0.Load(), b.s1.Load()
-		if a == retiredWin || c == retiredWin || !b.idle(now) {
-			return false
+	for {
+		switch p.alg {
+		case TokenBucket:
+			tat := b.s0.Load()
+			if tat == retiredTAT || tat > now {
+				return false, b.idleAt(now)
+			}
+			if b.s0.CompareAndSwap(tat, retiredTAT) {
+				return true, 0
+			}
+		case FixedWindow:
+			st := b.s0.Load()
+			if st == retiredWin || fixedIdleAt(p, now, st) > now {
+				return false, b.idleAt(now)
+			}
+			if b.s0.CompareAndSwap(st, retiredWin) {
+				return true, 0
+			}
+		case SlidingWindow:
+			a, c := b.s0.Load(), b.s1.Load()
+			if a == retiredWin || c == retiredWin || slidingIdleAt(p, now, a, c) > now {
+				return false, b.idleAt(now)
+			}
+			if b.s0.CompareAndSwap(a, retiredWin) {
+				if b.s1.CompareAndSwap(c, retiredWin) {
+					return true, 0
+				}
+				b.s0.Store(a) // a decision landed in s1: look again
+			}
+		default:
+			return b.log.retireIfIdle(p, now)
 		}
-		if !b.s0.CompareAndSwap(a, retiredWin) {
-			return false
-		}
-		if !b.s1.CompareAndSwap(c, retiredWin) {
-			b.s0.Store(a) // a decision landed in s1: not idle after all
-			return false
-		}
-		return true
-	default:
-		return b.log.retireIfIdle(p, now)
 	}
 }
 
@@ -412,7 +467,10 @@ func (b *bucket) resized(q *params, now int64) *bucket {
 	nb := newBucket(q)
 	switch q.alg {
 	case TokenBucket:
-		tat := now
+		// A full bucket stays full at any time, as a new one is, rather
+		// than full from now on: stamping it with now would make a
+		// decision at a time read just before the resize find it short.
+		tat := s0
 		if ahead := s0 - now; ahead > 0 {
 			// ahead/t tokens are spent; they cost q.t each from now on.
 			// Capped so that an absurd shrink cannot overflow; the cap is

@@ -94,10 +94,11 @@ type Config struct {
 	// algorithms, whose burst is Limit.
 	Burst int64
 
-	// MaxKeys caps the number of live keys. When a new key would pass it,
-	// idle keys are swept first, then the least recently used are evicted,
-	// so a flood of distinct keys cannot exhaust memory. Default
-	// DefaultMaxKeys.
+	// MaxKeys caps the number of live keys, so that a flood of distinct
+	// keys cannot exhaust memory. When a new key would pass it, idle keys
+	// (those that would decide exactly as a new key) are removed to make
+	// room; a key that has spent anything is never forgotten, so if none
+	// is idle the new key gets ErrTooManyKeys. Default DefaultMaxKeys.
 	MaxKeys int
 
 	// MaxKeyLen is the longest key accepted, in bytes; longer keys get

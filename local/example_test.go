@@ -2,6 +2,7 @@ package local_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -73,4 +74,33 @@ func ExampleLimiter_Wait() {
 	// 100ms
 	// 200ms
 	// waited
+}
+
+func ExampleLimiter_SetLimitAt() {
+	// Read the clock once, resize a key to this node's share, and decide
+	// at that same instant: the new bucket is full at that time.
+	c := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, _ := local.New(local.Config{Limit: 100, Window: time.Second, Clock: c})
+	now := c.Now()
+	if err := limiter.SetLimitAt("tenant", now, 25, 25); err != nil {
+		panic(err)
+	}
+	r, _ := limiter.AllowNAt("tenant", now, 25)
+	fmt.Println(r.Allowed(), r.Remaining, r.Limit)
+	// Output: true 0 25
+}
+
+func ExampleErrTooManyKeys() {
+	// A Limiter never forgets a key that has spent something. When it
+	// holds MaxKeys such keys, a new key is refused with ErrTooManyKeys,
+	// and the Result refuses too, with the time until a held key has
+	// refilled and so makes room.
+	c := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, _ := local.New(local.Config{Limit: 5, Window: 24 * time.Hour, MaxKeys: 1, Clock: c})
+	_, _ = limiter.Allow("tenant-a")
+	r, err := limiter.Allow("tenant-b")
+	if err != nil || !r.Allowed() {
+		fmt.Println(errors.Is(err, local.ErrTooManyKeys), r.Allowed(), r.RetryAfter)
+	}
+	// Output: true false 4h48m0s
 }

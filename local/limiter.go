@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -12,12 +13,21 @@ import (
 // request is neither admitted nor counted; shorten or hash the key.
 var ErrKeyTooLong = errors.New("local: key longer than Config.MaxKeyLen")
 
+// ErrTooManyKeys is returned for a new key when the Limiter already holds
+// Config.MaxKeys keys and none of them is idle. Forgetting a key that has
+// spent something would hand it a fresh bucket, so a full Limiter refuses
+// the new key instead; the request is neither admitted nor counted. Raise
+// MaxKeys, Delete keys, or retry after the Result's RetryAfter, when the
+// first held key will be idle.
+var ErrTooManyKeys = errors.New("local: Config.MaxKeys keys are held and none is idle; raise MaxKeys or Delete keys")
+
 // A Limiter rate-limits many keys independently, each with its own bucket
 // of the configured algorithm, in this process alone.
 //
 // Deciding for a key that already exists takes no lock and allocates
-// nothing. Idle keys are removed by Sweep, and when MaxKeys would be passed
-// idle keys, then the least recently used, make room.
+// nothing. Idle keys, which would decide exactly as new ones, are removed
+// by Sweep and when MaxKeys would be passed; a key that has spent anything
+// is kept, and a new key that finds no room gets ErrTooManyKeys.
 //
 // A Limiter is safe for concurrent use. It starts no goroutines, so it
 // needs no Close.
@@ -71,15 +81,26 @@ func (l *Limiter) AllowN(key string, n int) (Result, error) {
 // set to Never. A cost n <= 0 admits nothing and counts nothing: it reports
 // the key's state, as admitted.
 //
-// Times earlier than ones already seen for the key count as no time
-// passing: a clock going backwards never refills a bucket.
+// Times earlier than ones already seen count as no time passing: a clock
+// going backwards never refills a bucket. A time before the Limiter's
+// high-water mark, which trails the latest time it has seen by at most
+// about a millisecond, is taken as that mark. Between the mark and the
+// latest time each algorithm keeps its own order: the fixed window decides
+// in the latest window the key counted in, the log at the latest time it
+// saw, and the token bucket and the sliding window counter at t itself,
+// which can only be stricter than at the later time. A new key, and one
+// created by SetLimit, is full at any time.
+//
+// An error comes with a refusing Result: ErrKeyTooLong, and
+// ErrTooManyKeys for a new key when MaxKeys keys are held and none is
+// idle, whose RetryAfter is when the first of them may be.
 func (l *Limiter) AllowNAt(key string, t time.Time, n int) (Result, error) {
 	return l.allowN(key, l.nanos(t), int64(n))
 }
 
 func (l *Limiter) allowN(key string, now, n int64) (Result, error) {
 	if len(key) > l.cfg.MaxKeyLen {
-		return Result{}, ErrKeyTooLong
+		return l.refusal(Never), ErrKeyTooLong
 	}
 	now = l.monotone(now)
 	cost := max(n, 0)
@@ -89,35 +110,39 @@ func (l *Limiter) allowN(key string, now, n int64) (Result, error) {
 		if b := e.b.Load(); b != nil {
 			if b.p.alg == TokenBucket { // the common case, one call shallower
 				if tat, allowed, ok := b.gcra(now, cost); ok {
-					l.touch(e, now)
 					return b.p.gcraResult(tat, now, cost, allowed), nil
 				}
 			} else if r, ok := b.take(now, cost); ok {
-				l.touch(e, now)
 				return r, nil
 			}
 		}
 	}
-	return l.allowSlow(h, key, now, cost), nil
+	return l.allowSlow(h, key, now, cost)
 }
 
-// allowSlow decides for a new key, a retired bucket, or an algorithm other
-// than TokenBucket.
-func (l *Limiter) allowSlow(h uint64, key string, now, cost int64) Result {
+// allowSlow decides for a new key or a retired bucket.
+func (l *Limiter) allowSlow(h uint64, key string, now, cost int64) (Result, error) {
 	e := l.keys.shardFor(h).tab.Load().lookup(h, key)
 	for {
+		created := false
 		if e == nil {
-			e = l.keys.insert(h, key, l.p, l)
+			var err error
+			if e, created, err = l.keys.insert(h, key, l.p, l); err != nil {
+				return l.tooMany(now), err
+			}
 		}
 		b := e.b.Load()
 		if b == nil {
-			// Swept or evicted since we found it.
-			e = nil
+			// Swept since we found it. A sweep makes every later decision
+			// happen no earlier than it did, so decide at that time too.
+			e, now = nil, l.monotone(now)
 			continue
 		}
 		if r, ok := b.take(now, cost); ok {
-			l.touch(e, now)
-			return r
+			if created {
+				l.keys.noteIdle(h, b.idleAt(now))
+			}
+			return r, nil
 		}
 		// Retired under us: a resize is publishing a new bucket, or the
 		// key is being removed. Either takes nanoseconds.
@@ -127,13 +152,20 @@ func (l *Limiter) allowSlow(h uint64, key string, now, cost int64) Result {
 	}
 }
 
-// touch records the key's last use at millisecond-ish granularity, writing
-// only when it changed, so a hot key does not write a shared word on every
-// request.
-func (l *Limiter) touch(e *entry, now int64) {
-	if c := now >> 20; e.seen.Load() != c {
-		e.seen.Store(c)
+// refusal is the Result that comes with an error: nothing admitted, and
+// retry after the given time.
+func (l *Limiter) refusal(retry time.Duration) Result {
+	return Result{Limit: l.p.burst, RetryAfter: retry}
+}
+
+// tooMany is the refusal that comes with ErrTooManyKeys: retry when the
+// first key held may be idle, and so make room.
+func (l *Limiter) tooMany(now int64) Result {
+	next := l.keys.nextIdle()
+	if next == math.MaxInt64 {
+		return l.refusal(Never) // only keys with their own limits: Delete makes room
 	}
+	return l.refusal(time.Duration(max(next-now, 1)))
 }
 
 // since converts a reading of the clock's Nanotime to nanoseconds since
@@ -166,16 +198,45 @@ func (l *Limiter) monotone(now int64) int64 {
 	if now < hw {
 		return hw
 	}
-	if now-hw > 1<<20 {
+	if now-hw > maxLag {
 		l.highWater.Store(now)
 	}
 	return now
 }
 
-// retireIdle and retire make *Limiter the key map's sweeper.
-func (l *Limiter) retireIdle(e *entry) bool {
+// maxLag is how far the high-water mark may trail the latest time seen,
+// about a millisecond.
+const maxLag = 1 << 20
+
+// sweepTime, retireIdle and retire make *Limiter the key map's sweeper.
+//
+// A sweep forgets keys that are idle at the time it reads, so it raises
+// the high-water mark to exactly that time: a decision made after, even
+// with an earlier time passed to AllowNAt, happens no earlier, when a
+// forgotten key and a new one decide alike.
+func (l *Limiter) sweepTime() int64 {
+	now := l.since(l.cfg.Clock.Nanotime())
+	for {
+		hw := l.highWater.Load()
+		if now <= hw {
+			return hw
+		}
+		if l.highWater.CompareAndSwap(hw, now) {
+			return now
+		}
+	}
+}
+
+// retireIdle retires e's bucket if forgetting it changes no decision: its
+// state is a new bucket's, and so are its parameters. A key given its own
+// limit by SetLimit is never idle, since a new bucket would have the
+// configured limit instead.
+func (l *Limiter) retireIdle(e *entry, now int64) (bool, int64) {
 	b := e.b.Load()
-	return b != nil && b.retireIfIdle(l.now())
+	if b == nil || b.p != l.p {
+		return false, math.MaxInt64
+	}
+	return b.retireIfIdle(now)
 }
 
 func (l *Limiter) retire(e *entry) {
@@ -187,12 +248,31 @@ func (l *Limiter) retire(e *entry) {
 // SetLimit changes key's limit and burst (window unchanged) while requests
 // flow, keeping what the key has already spent: a token bucket's spent
 // tokens stay spent at the new rate, window counts and log entries stay
-// counted. A burst of 0 means the limit. A key not yet seen is created.
+// counted. A burst of 0 means the limit. A key not yet seen is created
+// full, as a new key is: full at any time, including times earlier than
+// the call. It is SetLimitAt at the clock's current time.
 //
 // SetLimit is how a node resizes a key's bucket to its share of a fleet
 // quota. Decisions racing with it see either the old or the new bucket,
 // never a mix, and none is lost.
+//
+// A key given a limit other than the configured one is never forgotten
+// by Sweep nor to make room under MaxKeys, since a new key would decide
+// with the configured limit instead; Delete it, or set it back to the
+// configured limit, when done with it. Creating a key when MaxKeys keys
+// are held and none is idle fails with an error wrapping ErrTooManyKeys.
 func (l *Limiter) SetLimit(key string, limit, burst int64) error {
+	return l.setLimit(key, l.now(), limit, burst)
+}
+
+// SetLimitAt is SetLimit at time t: a token bucket's spent tokens are
+// carried over as of t. A caller that reads the clock once for a resize
+// and the decisions that follow passes that time to both.
+func (l *Limiter) SetLimitAt(key string, t time.Time, limit, burst int64) error {
+	return l.setLimit(key, l.monotone(l.nanos(t)), limit, burst)
+}
+
+func (l *Limiter) setLimit(key string, now, limit, burst int64) error {
 	if len(key) > l.cfg.MaxKeyLen {
 		return ErrKeyTooLong
 	}
@@ -203,15 +283,24 @@ func (l *Limiter) SetLimit(key string, limit, burst int64) error {
 		return fmt.Errorf("SetLimit(%q): %w", key, err)
 	}
 	q := newParams(l.cfg.Algorithm, limit, l.cfg.Window, burst)
+	if *q == *l.p {
+		q = l.p // the configured limit: idle again once its state is
+	}
 	h := hashKey(key)
 	for {
-		done := l.keys.withEntry(h, key, func(e *entry) {
-			e.b.Store(e.b.Load().resized(q, l.now()))
+		done := l.keys.withEntry(h, key, func(sh *shard, e *entry) {
+			nb := e.b.Load().resized(q, now)
+			e.b.Store(nb)
+			if q == l.p {
+				sh.lowerIdleLocked(nb.idleAt(now)) // a faster refill idles sooner
+			}
 		})
 		if done {
 			return nil
 		}
-		l.keys.insert(h, key, l.p, l)
+		if _, _, err := l.keys.insert(h, key, l.p, l); err != nil {
+			return fmt.Errorf("local: SetLimit(%q): %w", key, err)
+		}
 	}
 }
 
@@ -224,10 +313,11 @@ func (l *Limiter) Delete(key string) bool {
 // Sweep removes every idle key (a full token bucket, windows that no
 // longer count, a log with nothing in its window) and returns how many it
 // removed. Removing an idle key loses nothing: it would decide exactly as a
-// new one. A key given its own limit by SetLimit returns to the configured
-// limit once swept.
+// new one. A key given its own limit by SetLimit is not idle, since a new
+// key would have the configured limit; Delete it when done.
 //
-// Call it periodically; the hybrid Limiter does so on each sync.
+// Sweep is optional: a Limiter at MaxKeys removes idle keys itself. Call
+// it periodically to return their memory sooner.
 func (l *Limiter) Sweep() int { return l.keys.sweep(l) }
 
 // Len returns the number of keys the Limiter holds.

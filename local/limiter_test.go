@@ -336,25 +336,35 @@ func TestSweep(t *testing.T) {
 	}
 }
 
-// TestMaxKeys floods the limiter with distinct keys: it holds no more than
-// MaxKeys, and a key in steady use survives the flood.
+// TestMaxKeys floods the limiter with distinct keys: it never holds more
+// than MaxKeys, refuses new keys visibly while every key held is spent,
+// and admits new ones again as held keys refill and make room.
 func TestMaxKeys(t *testing.T) {
 	t.Parallel()
 	const maxKeys = 4096
-	l, c := newManual(t, local.Config{Limit: 1, Window: time.Hour, MaxKeys: maxKeys})
-	r, _ := l.Allow("victim")
-	require.True(t, r.Allowed())
+	l, c := newManual(t, local.Config{Limit: 1, Window: time.Second, MaxKeys: maxKeys})
+	admitted, refused := 0, 0
 	for i := range 50 * maxKeys {
 		if i%256 == 0 {
-			c.Advance(10 * time.Millisecond)
-			r, _ := l.Allow("victim")
-			require.False(t, r.Allowed(), "the victim's spent token must not come back at flood key %d", i)
+			c.Advance(10 * time.Millisecond) // 8 seconds in all
+			require.LessOrEqual(t, l.Len(), maxKeys)
 		}
-		_, err := l.Allow(fmt.Sprint("flood-", i))
-		require.NoError(t, err)
+		r, err := l.Allow(fmt.Sprint("flood-", i))
+		if err != nil {
+			require.ErrorIs(t, err, local.ErrTooManyKeys)
+			require.False(t, r.Allowed())
+			require.Positive(t, r.RetryAfter)
+			refused++
+			continue
+		}
+		require.True(t, r.Allowed())
+		admitted++
 	}
-	// Each shard holds at most its share of MaxKeys.
-	assert.LessOrEqual(t, l.Len(), maxKeys+64)
+	// A second's worth of keys at a time: each refills, and so goes, a
+	// second after it came.
+	assert.GreaterOrEqual(t, admitted, 7*maxKeys)
+	assert.LessOrEqual(t, admitted, 9*maxKeys)
+	assert.Equal(t, 50*maxKeys, admitted+refused)
 }
 
 func TestDelete(t *testing.T) {

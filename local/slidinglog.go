@@ -1,6 +1,7 @@
 package local
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -81,20 +82,33 @@ func (l *slidingLog) take(p *params, now, n int64) (Result, bool) {
 	return r, true
 }
 
-func (l *slidingLog) idle(p *params, now int64) bool {
+// idleAt is when the newest entry leaves the window; math.MinInt64 for
+// an empty log, math.MaxInt64 for a retired one.
+func (l *slidingLog) idleAt(p *params) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return !l.retired && (l.n == 0 || l.at(l.n-1) <= now-p.window)
+	return l.idleAtLocked(p)
 }
 
-func (l *slidingLog) retireIfIdle(p *params, now int64) bool {
+func (l *slidingLog) idleAtLocked(p *params) int64 {
+	switch {
+	case l.retired:
+		return math.MaxInt64
+	case l.n == 0:
+		return math.MinInt64
+	}
+	newest := l.at(l.n - 1)
+	return newest + min(p.window, math.MaxInt64-newest)
+}
+
+func (l *slidingLog) retireIfIdle(p *params, now int64) (retired bool, idleAt int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.retired || (l.n > 0 && l.at(l.n-1) > now-p.window) {
-		return false
+	if at := l.idleAtLocked(p); at > now {
+		return false, at
 	}
 	l.retired = true
-	return true
+	return true, 0
 }
 
 // retire marks the log retired and returns its entries, oldest first,

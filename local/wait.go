@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 )
 
@@ -18,10 +19,11 @@ var ErrReserveUnsupported = errors.New("local: reservations need Algorithm Token
 type Reservation struct {
 	ok    bool
 	delay time.Duration
-	n     int64
-	b     *bucket
-	start int64 // the bucket's TAT before the reservation
-	end   int64 // its TAT after
+	b     *bucket // nil unless there are tokens to give back
+	sh    *shard  // the key's shard, told when the bucket may idle sooner
+	gen   int64   // the bucket's give-back count before the reservation
+	start int64   // the bucket's TAT before the reservation
+	end   int64   // its TAT after
 }
 
 // OK reports whether the reservation was made. It is false when the cost
@@ -41,10 +43,26 @@ func (r Reservation) Delay() time.Duration {
 // act on it after all. Only the latest reservation on a key can be given
 // back: once another has queued behind it, its slot stays spent, so that
 // the later one's promise still holds. Cancelling a reservation that was
-// not made, or whose key has since been resized or removed, does nothing.
+// not made, that reserved nothing (n <= 0), or whose key has since been
+// resized or removed, does nothing. A reservation is given back at most
+// once, however often it, or a copy of it, is cancelled.
 func (r Reservation) Cancel() {
-	if r.ok && r.b != nil && r.n > 0 {
-		r.b.s0.CompareAndSwap(r.end, r.start)
+	b := r.b
+	if b == nil || b.s0.Load() != r.end {
+		return
+	}
+	// A bare CAS of the TAT from end back to start would act again after
+	// the reservation was given back and another of the same cost took
+	// the same slot: the TAT would be end once more. So every give-back
+	// first counts itself in s1, and only a reservation made since the
+	// last one counted (gen unchanged) may give back. Then the TAT can
+	// only have moved down since the reservation by a counted give-back,
+	// so finding it at end means nothing came after.
+	if !b.s1.CompareAndSwap(r.gen, r.gen+1) {
+		return
+	}
+	if b.s0.CompareAndSwap(r.end, r.start) {
+		r.sh.lowerIdle(r.start) // fuller, so idle sooner
 	}
 }
 
@@ -58,10 +76,12 @@ func (l *Limiter) Reserve(key string) (Reservation, error) {
 // within maxDelay of t, and returns the reservation; the caller acts after
 // its Delay. Unlike AllowNAt, a reservation is counted even when it lies in
 // the future, so later callers queue behind it: requests are spaced out at
-// the configured rate rather than refused.
+// the configured rate rather than refused. A cost n <= 0 reserves nothing:
+// the Reservation is OK with no delay, and Cancel does nothing.
 //
 // It needs Algorithm TokenBucket and otherwise returns
-// ErrReserveUnsupported.
+// ErrReserveUnsupported. A new key when MaxKeys keys are held and none is
+// idle gets ErrTooManyKeys.
 func (l *Limiter) ReserveNAt(key string, t time.Time, n int, maxDelay time.Duration) (Reservation, error) {
 	if l.cfg.Algorithm != TokenBucket {
 		return Reservation{}, ErrReserveUnsupported
@@ -72,19 +92,31 @@ func (l *Limiter) ReserveNAt(key string, t time.Time, n int, maxDelay time.Durat
 	now := l.monotone(l.nanos(t))
 	cost := max(int64(n), 0)
 	h := hashKey(key)
-	var e *entry
+	e := l.keys.shardFor(h).tab.Load().lookup(h, key)
 	for {
+		created := false
 		if e == nil {
-			e = l.keys.insert(h, key, l.p, l)
+			var err error
+			if e, created, err = l.keys.insert(h, key, l.p, l); err != nil {
+				return Reservation{}, err
+			}
 		}
 		b := e.b.Load()
 		if b == nil {
-			e = nil
+			e, now = nil, l.monotone(now) // swept: see allowSlow
 			continue
 		}
 		if r, ok := b.reserve(now, cost, maxDelay); ok {
-			l.touch(e, now)
+			if created {
+				l.keys.noteIdle(h, b.idleAt(now))
+			}
+			if r.b != nil {
+				r.sh = l.keys.shardFor(h)
+			}
 			return r, nil
+		}
+		if e.b.Load() == b {
+			runtime.Gosched() // retired under us: see allowSlow
 		}
 	}
 }
@@ -94,6 +126,7 @@ func (l *Limiter) ReserveNAt(key string, t time.Time, n int, maxDelay time.Durat
 func (b *bucket) reserve(now, n int64, maxDelay time.Duration) (r Reservation, ok bool) {
 	p := b.p
 	for {
+		gen := b.s1.Load() // before the TAT: see Cancel
 		tat := b.s0.Load()
 		if tat == retiredTAT {
 			return r, false
@@ -106,8 +139,11 @@ func (b *bucket) reserve(now, n int64, maxDelay time.Duration) (r Reservation, o
 		if delay > maxDelay {
 			return Reservation{}, true
 		}
-		if n == 0 || b.s0.CompareAndSwap(tat, next) {
-			return Reservation{ok: true, delay: delay, n: n, b: b, start: tat, end: next}, true
+		if n == 0 {
+			return Reservation{ok: true}, true
+		}
+		if b.s0.CompareAndSwap(tat, next) {
+			return Reservation{ok: true, delay: delay, b: b, gen: gen, start: tat, end: next}, true
 		}
 	}
 }
