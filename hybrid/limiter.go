@@ -318,7 +318,10 @@ func (l *Limiter) failed(k *keyState, now, n int64) Decision {
 		return Decision{limit: ^k.pol.capacity, retryAfter: l.retryAfter(now)}
 	}
 	l.sizeFallback(k, now)
-	r, _ := k.pol.local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
+	r, err := k.pol.local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
+	if err != nil {
+		l.keyFailed(k, err) // refused, and Health says why
+	}
 	if r.Allowed() && n > 0 {
 		k.spend(n)
 	}
@@ -456,12 +459,15 @@ func (l *Limiter) sizeFallback(k *keyState, now int64) {
 	if keep >= 0 {
 		k.pol.local.Delete(k.key)
 	}
-	_ = k.pol.local.SetLimit(k.key, limit, burst) // the key passed MaxKeyLen and the policy checks
+	// The bucket is made, and drained, at the decision's time: a
+	// drain dated before the bucket (as SetLimit, on the clock, once
+	// dated it) would be refused and leave it full.
+	if err := k.pol.local.SetLimitAt(k.key, at, limit, burst); err != nil {
+		l.keyFailed(k, err) // the fallback cannot hold the key: MaxKeys
+		return
+	}
 	if drain := full - keep; keep >= 0 && drain > 0 {
-		// SetLimit dated the new bucket by the clock, after now: a
-		// drain dated now would be before the bucket and refused,
-		// leaving it full. It is dated after the bucket instead.
-		_, _ = k.pol.local.AllowNAt(k.key, l.clk.Now(), int(drain))
+		_, _ = k.pol.local.AllowNAt(k.key, at, int(drain))
 	}
 }
 

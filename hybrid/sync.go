@@ -113,6 +113,7 @@ func (l *Limiter) forget(k *keyState) {
 	if l.keys.CompareAndDelete(k.key, k) {
 		l.nkeys.Add(-1)
 		l.keyForgotten(k)
+		k.resetFallback() // sized to its own limit, local would keep it
 	}
 }
 
