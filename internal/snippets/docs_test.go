@@ -1,6 +1,7 @@
 package snippets
 
 import (
+	"log"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/gossip"
@@ -20,6 +21,9 @@ func docsGossip(key []byte, policies []hybrid.Policy) error {
 		SecretKey: key,                       // 16, 24 or 32 bytes: AES-GCM on every packet and stream
 		Label:     "prod-api",                // a node with another label is refused
 	})
+	if err != nil {
+		log.Fatal(err) // a bad key, or the port is in use
+	}
 	limiter, err := hybrid.New(hybrid.Config{Node: g.Name(), Syncer: g, Policies: policies})
 	defer g.Close()       // second: says goodbye, so the others take this node's share at once
 	defer limiter.Close() // first: reports the last consumption
