@@ -12,6 +12,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 )
 
 // fixedLease is a fleet that grants every key lease tokens at each sync,
@@ -334,27 +335,38 @@ func TestCancelDuringSync(t *testing.T) {
 	}
 }
 
+// fullCapacity is the largest capacity a Hybrid policy takes.
+const fullCapacity = 1<<31 - 1
+
+// fullLease returns a Limiter whose key "k" holds a lease of the largest
+// capacity from a fleet that grants it at every sync, unstriped, and what
+// the fleet is told was consumed.
+func fullLease(t *testing.T) (*hybrid.Limiter, *clock.Manual, *int64) {
+	t.Helper()
+	s, consumed := fixedLease(fullCapacity)
+	l, clk := manual(t, hybrid.Config{Syncer: s, HotKeyRate: -1, Policies: []hybrid.Policy{{Name: "big", Rate: 1e9, Burst: fullCapacity}}})
+	_, err := l.AllowN("k", 0)
+	require.NoError(t, err)
+	require.NoError(t, l.SyncOnce(context.Background()))
+	return l, clk, consumed
+}
+
 // TestFullLeasesCounted spends five leases of the largest capacity, each
 // in full between two syncs: the lease word's 32-bit spent wraps, and the
 // sync loop's 64-bit extension must report every token.
 func TestFullLeasesCounted(t *testing.T) {
 	t.Parallel()
-	const capacity = 1<<31 - 1
-	s, consumed := fixedLease(capacity)
-	l, clk := manual(t, hybrid.Config{Syncer: s, HotKeyRate: -1, Policies: []hybrid.Policy{{Name: "big", Rate: 1e9, Burst: capacity}}})
+	l, clk, consumed := fullLease(t)
 	ctx := context.Background()
-	_, err := l.AllowN("k", 0)
-	require.NoError(t, err)
-	require.NoError(t, l.SyncOnce(ctx))
 	for range 5 {
-		d, err := l.AllowN("k", capacity)
+		d, err := l.AllowN("k", fullCapacity)
 		require.NoError(t, err)
 		require.True(t, d.Allowed())
 		require.False(t, d.Degraded())
 		clk.Advance(100 * time.Millisecond)
 		require.NoError(t, l.SyncOnce(ctx))
 	}
-	assert.Equal(t, int64(5*capacity), *consumed)
+	assert.Equal(t, int64(5*fullCapacity), *consumed)
 }
 
 // TestCancelAfterGrantCounted gives back a take after a sync installed a
@@ -362,25 +374,20 @@ func TestFullLeasesCounted(t *testing.T) {
 // back, and spent must not fall either, or the take would go unreported.
 func TestCancelAfterGrantCounted(t *testing.T) {
 	t.Parallel()
-	const capacity = 1<<31 - 1
-	s, consumed := fixedLease(capacity)
-	l, clk := manual(t, hybrid.Config{Syncer: s, HotKeyRate: -1, Policies: []hybrid.Policy{{Name: "big", Rate: 1e9, Burst: capacity}}})
+	l, clk, consumed := fullLease(t)
 	ctx := context.Background()
-	_, err := l.AllowN("k", 0)
-	require.NoError(t, err)
-	require.NoError(t, l.SyncOnce(ctx))
 	r, err := l.TakeN("k", 10)
 	require.NoError(t, err)
 	require.True(t, r.OK())
 	clk.Advance(100 * time.Millisecond)
 	require.NoError(t, l.SyncOnce(ctx)) // reports the 10; a full lease again
 	r.Cancel()                          // the allowance is full: nothing comes back
-	d, err := l.AllowN("k", capacity)
+	d, err := l.AllowN("k", fullCapacity)
 	require.NoError(t, err)
 	require.True(t, d.Allowed())
 	clk.Advance(100 * time.Millisecond)
 	require.NoError(t, l.SyncOnce(ctx))
-	assert.Equal(t, int64(10+capacity), *consumed)
+	assert.Equal(t, int64(10+fullCapacity), *consumed)
 }
 
 // TestKeyErrorReportKept checks that consumption the fleet refused with
