@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -53,8 +54,18 @@ type Config struct {
 	// Seeds are host:port addresses of fleet members to join at start and
 	// to join again every RejoinInterval while any of them is not a
 	// member, so a partition heals even after memberlist has forgotten
-	// the other side.
+	// the other side. A host may be a DNS name, such as a Kubernetes
+	// headless service's, resolving to many members; it is resolved
+	// again at every re-join, so members that restart with new addresses
+	// are found. A seed that resolves to this node's own address is this
+	// node: a node whose every seed does is a whole fleet of one, as the
+	// first pod of a service is.
 	Seeds []string
+
+	// LookupHost resolves a seed's host name to addresses. Default
+	// net.DefaultResolver.LookupHost; tests and programs with their own
+	// discovery set their own.
+	LookupHost func(ctx context.Context, host string) ([]string, error)
 
 	// SecretKey, if set, encrypts and authenticates all gossip with
 	// AES-GCM; it must be 16, 24 or 32 bytes. Keyring, if set, holds the
@@ -177,6 +188,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real
+	}
+	if c.LookupHost == nil {
+		c.LookupHost = net.DefaultResolver.LookupHost
 	}
 	switch {
 	case len(c.Name) > maxNameLen:

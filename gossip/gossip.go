@@ -42,10 +42,15 @@ type Gossip struct {
 	core   *Core
 	joined bool // a peer has been a member at some point
 
-	evMu    sync.Mutex
-	events  []event                    // membership events not yet applied to tab
-	members map[string]memberlist.Node // live members, copied from events
-	addr    string
+	evMu     sync.Mutex
+	events   []event                    // membership events not yet applied to tab
+	members  map[string]memberlist.Node // live members, copied from events
+	addr     string                     // advertised host:port
+	ip       net.IP                     // advertised
+	port     int                        // advertised
+	bindPort int
+
+	seedErr atomic.Pointer[seedSet] // the last resolution of the Seeds
 
 	inbox  chan []byte // updates from NotifyMsg, for the merge loop
 	outbox chan []byte // updates too large for gossip, for the sender
@@ -74,9 +79,10 @@ const (
 	maxBatch = 64 << 10
 )
 
-// New starts a node: it binds its address, joins the Seeds (a node none
-// of whose seeds answer still starts, and keeps trying them), and starts
-// gossiping. Close stops it.
+// New starts a node: it binds its address, resolves and joins the Seeds
+// (a node none of whose seeds answer still starts, and keeps trying
+// them), and starts gossiping. A node with no seeds, or whose seeds all
+// resolve to itself, is a fleet of one. Close stops it.
 func New(cfg Config) (*Gossip, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -142,13 +148,12 @@ func New(cfg Config) (*Gossip, error) {
 		return nil, fmt.Errorf("gossip: starting memberlist: %w", err)
 	}
 	g.ml = ml
-	g.addr = ml.LocalNode().Address()
+	self := ml.LocalNode()
+	g.addr, g.ip, g.port, g.bindPort = self.Address(), self.Addr, int(self.Port), nt.GetAutoBindPort()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
-	if len(cfg.Seeds) > 0 {
-		g.join(cfg.Seeds)
-	}
+	g.joinSeeds(ctx, nil)
 	g.wg.Add(3)
 	go g.mergeLoop(ctx)
 	go g.sendLoop(ctx)
@@ -219,7 +224,8 @@ var errClosed = fmt.Errorf("gossip: closed: %w", global.ErrUnreachable)
 //
 // Sync fails with an error wrapping global.ErrUnreachable, recording
 // nothing, when this node is cut off: no peer is alive although some did
-// not leave, or none of the Seeds has answered yet. The caller should
+// not leave, or none of the Seeds other than this node has answered yet
+// (nor did they all resolve to this node). The caller should
 // then limit on its own and report the consumption again later.
 func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Response, error) {
 	if err := req.Validate(); err != nil {
@@ -235,7 +241,10 @@ func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Respons
 	now := g.now()
 	g.lock()
 	defer g.mu.Unlock()
-	if len(g.cfg.Seeds) > 0 && !g.joined {
+	if !g.joined {
+		if s := g.seedErr.Load(); s != nil && s.err != nil {
+			return nil, fmt.Errorf("gossip: no seed has answered yet (%v): %w", s.err, global.ErrUnreachable)
+		}
 		return nil, fmt.Errorf("gossip: no seed has answered yet: %w", global.ErrUnreachable)
 	}
 	resp, err := g.core.sync(req, now)
@@ -461,38 +470,51 @@ func (g *Gossip) sendAll(msg []byte) {
 	wg.Wait()
 }
 
-// rejoinLoop joins the seeds, and peers that went away without leaving,
-// whenever they are not members: memberlist stops gossiping to a dead
-// node after a while, so two sides of a partition would otherwise never
-// find each other again.
+// rejoinLoop resolves the seeds again and joins those, and peers that
+// went away without leaving, that are not members: memberlist stops
+// gossiping to a dead node after a while, so two sides of a partition
+// would otherwise never find each other again, and a DNS seed's
+// addresses change as pods come and go. A node with no peer tries every
+// lonelyRejoin at least, so that two nodes that started at once, each
+// seeing only itself in DNS, find each other soon.
 func (g *Gossip) rejoinLoop(ctx context.Context) {
 	defer g.wg.Done()
 	for {
-		t := g.clk.NewTimer(g.cfg.RejoinInterval)
+		every := g.cfg.RejoinInterval
+		if g.nodes.Load() <= 1 && len(g.cfg.Seeds) > 0 {
+			every = min(every, lonelyRejoin)
+		}
+		t := g.clk.NewTimer(every)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C():
 		}
-		if addrs := g.missing(); len(addrs) > 0 {
+		live := g.liveAddrs()
+		g.joinSeeds(ctx, live)
+		if addrs := g.lost(live); len(addrs) > 0 {
 			g.join(addrs)
 		}
 	}
 }
 
-// missing returns the seeds and lost peers that are not live members.
-func (g *Gossip) missing() []string {
+// lonelyRejoin bounds the re-join interval of a node with no peer.
+const lonelyRejoin = time.Second
+
+// liveAddrs returns the addresses of the live members, this node's too.
+func (g *Gossip) liveAddrs() map[string]bool {
 	live := map[string]bool{g.addr: true}
 	for _, n := range g.peers() {
 		live[n.Address()] = true
 	}
+	return live
+}
+
+// lost returns the peers that went away without leaving, within the
+// forget horizon, and are not live members.
+func (g *Gossip) lost(live map[string]bool) []string {
 	var out []string
-	for _, s := range g.cfg.Seeds {
-		if !live[s] {
-			out = append(out, s)
-		}
-	}
 	now := g.now()
 	g.lock()
 	defer g.mu.Unlock()
