@@ -22,11 +22,37 @@ const (
 	DefaultGossipNodes     = 3
 	DefaultRetransmitMult  = 12
 	DefaultGrace           = 30 * time.Second
-	DefaultRejoinInterval  = 10 * time.Second
+	DefaultRejoinInterval  = 2 * time.Second
 	DefaultTCPTimeout      = 2 * time.Second
 	DefaultMaxKeys         = 100_000
 	DefaultMaxPeers        = 1024
 	DefaultMaxSnapshotKeys = maxSnapshotKeys
+)
+
+// Memberlist's failure detection, as New sets it before Config.Tune.
+//
+// Memberlist's LAN defaults (probes every 1 s, suspicion 4 ×
+// log10(N) probe intervals, stretched up to 6 times while few peers
+// confirm it) suit a fleet that must not lose a live member, but a
+// minority side has few peers to confirm its suspicions: on those
+// defaults the 2 of a 6-node fleet took 15–36 s to learn they were cut
+// off, long past the ladder's first 5 s step, all that time spending
+// their full share. These settings probe more often and stretch a
+// suspicion at most 2 times, so that such a side learns within the first
+// step (figures in docs/gossip.md); a live node still has 3 × log10(N)
+// probe intervals (1.7 s among 6) to refute a suspicion, and memberlist
+// lengthens its probe timeouts on a node that finds itself slow.
+const (
+	DefaultProbeInterval           = 500 * time.Millisecond
+	DefaultProbeTimeout            = 300 * time.Millisecond
+	DefaultSuspicionMult           = 3
+	DefaultSuspicionMaxTimeoutMult = 2
+	DefaultAwarenessMaxMultiplier  = 2
+	// DefaultDeadNodeReclaimTime lets a node that failed come back under
+	// its name at a new address (a StatefulSet pod restarted on a new IP)
+	// once it has been dead this long; memberlist's own default refuses
+	// it until the dead node is forgotten.
+	DefaultDeadNodeReclaimTime = time.Second
 )
 
 // maxSnapshotKeys keeps a push/pull snapshot under the decoder's size cap.

@@ -138,6 +138,10 @@ func New(cfg Config) (*Gossip, error) {
 	mc.Label = cfg.Label
 	mc.SecretKey, mc.Keyring = cfg.SecretKey, cfg.Keyring
 	mc.Logger = logger
+	mc.ProbeInterval, mc.ProbeTimeout = DefaultProbeInterval, DefaultProbeTimeout
+	mc.SuspicionMult, mc.SuspicionMaxTimeoutMult = DefaultSuspicionMult, DefaultSuspicionMaxTimeoutMult
+	mc.AwarenessMaxMultiplier = DefaultAwarenessMaxMultiplier
+	mc.DeadNodeReclaimTime = DefaultDeadNodeReclaimTime
 	if cfg.Tune != nil {
 		cfg.Tune(mc)
 		mc.Delegate, mc.Events, mc.Transport = (*delegate)(g), (*events)(g), tr
