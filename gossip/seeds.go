@@ -81,10 +81,16 @@ func (g *Gossip) isSelf(ip net.IP, port string) bool {
 	if err != nil || (p != g.port && p != g.bindPort) {
 		return false
 	}
-	if ip.Equal(g.ip) || ip.Equal(net.ParseIP(g.cfg.BindAddr)) {
+	bound := net.ParseIP(g.cfg.BindAddr)
+	if ip.Equal(g.ip) || ip.Equal(bound) {
 		return true
 	}
-	if !net.ParseIP(g.cfg.BindAddr).IsUnspecified() || p != g.bindPort {
+	// "localhost" names both 127.0.0.1 and ::1: a node bound to a
+	// loopback address of one family is what the other one means.
+	if p == g.bindPort && bound.IsLoopback() && ip.IsLoopback() && (bound.To4() == nil) != (ip.To4() == nil) {
+		return true
+	}
+	if !bound.IsUnspecified() || p != g.bindPort {
 		return false
 	}
 	if ip.IsLoopback() {
