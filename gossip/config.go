@@ -31,23 +31,25 @@ const (
 
 // Memberlist's failure detection, as New sets it before Config.Tune.
 //
-// Memberlist's LAN defaults (probes every 1 s, suspicion 4 ×
-// log10(N) probe intervals, stretched up to 6 times while few peers
-// confirm it) suit a fleet that must not lose a live member, but a
-// minority side has few peers to confirm its suspicions: on those
-// defaults the 2 of a 6-node fleet took 15–36 s to learn they were cut
-// off, long past the ladder's first 5 s step, all that time spending
-// their full share. These settings probe more often and stretch a
-// suspicion at most 2 times, so that such a side learns within the first
-// step (figures in docs/gossip.md); a live node still has 3 × log10(N)
-// probe intervals (1.7 s among 6) to refute a suspicion, and memberlist
-// lengthens its probe timeouts on a node that finds itself slow.
+// Memberlist's LAN defaults (probes every 1 s, a suspicion lasting 4 ×
+// log10(N) probe intervals and stretched up to 6 times while few peers
+// confirm it, probes slowed up to 8 times on a node that misses acks)
+// suit a fleet that must not lose a live member. But a minority side has
+// few peers to confirm its suspicions, and misses every ack from across
+// the cut: on those defaults the 2 of a 6-node fleet took 15–36 s to
+// learn they were cut off, long past the ladder's first 5 s step,
+// spending their full share all that while. These settings have them
+// learn it in 3.4–4.9 s (docs/gossip.md). The cost: a live node has 3 ×
+// log10(N) probe intervals (1.2 s among 6), stretched at most 2 times,
+// to refute a suspicion, and a node starved of CPU does not slow its own
+// probes; a refutation is one gossip message, and a false split shorter
+// than the ladder's first step costs nothing.
 const (
 	DefaultProbeInterval           = 500 * time.Millisecond
 	DefaultProbeTimeout            = 300 * time.Millisecond
 	DefaultSuspicionMult           = 3
 	DefaultSuspicionMaxTimeoutMult = 2
-	DefaultAwarenessMaxMultiplier  = 2
+	DefaultAwarenessMaxMultiplier  = 1
 	// DefaultDeadNodeReclaimTime lets a node that failed come back under
 	// its name at a new address (a StatefulSet pod restarted on a new IP)
 	// once it has been dead this long; memberlist's own default refuses
@@ -126,8 +128,12 @@ type Config struct {
 	// gracefully frees its share at once. Default DefaultGrace.
 	Grace time.Duration
 
-	// RejoinInterval is how often the Seeds are joined again while any of
-	// them is not a member. Default DefaultRejoinInterval.
+	// RejoinInterval is how often the Seeds are resolved again and those
+	// not members joined, with the peers that went away without leaving;
+	// at least once a second while the node has no peer. It bounds how
+	// long the sides of a split that outlasted memberlist's 30 s of
+	// gossip to the dead take to merge after the heal. Default
+	// DefaultRejoinInterval.
 	RejoinInterval time.Duration
 
 	// TCPTimeout bounds each stream to a peer: joins, push/pull and

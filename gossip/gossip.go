@@ -474,63 +474,6 @@ func (g *Gossip) sendAll(msg []byte) {
 	wg.Wait()
 }
 
-// rejoinLoop resolves the seeds again and joins those, and peers that
-// went away without leaving, that are not members: memberlist stops
-// gossiping to a dead node after a while, so two sides of a partition
-// would otherwise never find each other again, and a DNS seed's
-// addresses change as pods come and go. A node with no peer tries every
-// lonelyRejoin at least, so that two nodes that started at once, each
-// seeing only itself in DNS, find each other soon.
-func (g *Gossip) rejoinLoop(ctx context.Context) {
-	defer g.wg.Done()
-	for {
-		every := g.cfg.RejoinInterval
-		if g.nodes.Load() <= 1 && len(g.cfg.Seeds) > 0 {
-			every = min(every, lonelyRejoin)
-		}
-		t := g.clk.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C():
-		}
-		live := g.liveAddrs()
-		g.joinSeeds(ctx, live)
-		if addrs := g.lost(live); len(addrs) > 0 {
-			g.join(addrs)
-		}
-	}
-}
-
-// lonelyRejoin bounds the re-join interval of a node with no peer.
-const lonelyRejoin = time.Second
-
-// liveAddrs returns the addresses of the live members, this node's too.
-func (g *Gossip) liveAddrs() map[string]bool {
-	live := map[string]bool{g.addr: true}
-	for _, n := range g.peers() {
-		live[n.Address()] = true
-	}
-	return live
-}
-
-// lost returns the peers that went away without leaving, within the
-// forget horizon, and are not live members.
-func (g *Gossip) lost(live map[string]bool) []string {
-	var out []string
-	now := g.now()
-	g.lock()
-	defer g.mu.Unlock()
-	tab := g.core.tab
-	for _, p := range tab.peers {
-		if p != tab.self && !p.alive && !p.left && p.addr != "" && !live[p.addr] && now.mono-p.downAt <= tab.forget {
-			out = append(out, p.addr)
-		}
-	}
-	return out
-}
-
 // Close sends this node's last counts and a farewell to its peers, so
 // that its share goes to the others at once, leaves the memberlist
 // cluster, and stops every goroutine. Close the Limiter that uses the
