@@ -1,6 +1,7 @@
 package gossip_test
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
@@ -73,6 +75,44 @@ func TestLoneNodeIsAFleetOfOne(t *testing.T) {
 			assert.Equal(t, partition.Healthy, h.Level, "a fleet of one is whole")
 			assert.GreaterOrEqual(t, rate, limit*0.8, "and admits its whole limit (less what a starved machine delays)")
 			assert.Len(t, g.Members(), 1)
+		})
+	}
+}
+
+// TestSeedLookupFailureIsVisible starts nodes whose seeds cannot all be
+// resolved or reached: none is a fleet of one, and Sync says why.
+func TestSeedLookupFailureIsVisible(t *testing.T) {
+	t.Parallel()
+	lookup := func(_ context.Context, host string) ([]string, error) {
+		if host == "self.test" {
+			return []string{"127.0.0.1"}, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	tests := []struct {
+		name  string
+		seeds func(port int) []string
+		want  string
+	}{
+		{"a name that does not resolve", func(int) []string { return []string{"limits.invalid:7946"} }, "limits.invalid"},
+		{"itself and a name that does not resolve", func(p int) []string {
+			return []string{net.JoinHostPort("self.test", strconv.Itoa(p)), "limits.invalid:7946"}
+		}, "limits.invalid"},
+		{"itself and a peer that does not answer", func(p int) []string {
+			return []string{net.JoinHostPort("self.test", strconv.Itoa(p)), net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t, "127.0.0.1")))}
+		}, "no seed has answered yet"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			port := freePort(t, "127.0.0.1")
+			g, err := gossip.New(gossip.Config{Name: "n", BindAddr: "127.0.0.1", BindPort: port, Seeds: tt.seeds(port),
+				LookupHost: lookup, TCPTimeout: 200 * time.Millisecond})
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, g.Close()) })
+			_, err = g.Sync(t.Context(), &global.Request{Interval: time.Second})
+			require.ErrorIs(t, err, global.ErrUnreachable)
+			assert.ErrorContains(t, err, tt.want)
 		})
 	}
 }
