@@ -50,7 +50,7 @@ type Gossip struct {
 	port     int                        // advertised
 	bindPort int
 
-	seedErr atomic.Pointer[seedSet] // the last resolution of the Seeds
+	seeds atomic.Pointer[seedSet] // the last resolution of the Seeds
 
 	inbox  chan []byte // updates from NotifyMsg, for the merge loop
 	outbox chan []byte // updates too large for gossip, for the sender
@@ -245,8 +245,8 @@ func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Respons
 	now := g.now()
 	g.lock()
 	defer g.mu.Unlock()
-	if !g.joined {
-		if s := g.seedErr.Load(); s != nil && s.err != nil {
+	if s := g.seeds.Load(); !g.joined && !s.alone() {
+		if s.err != nil {
 			return nil, fmt.Errorf("gossip: no seed has answered yet (%v): %w", s.err, global.ErrUnreachable)
 		}
 		return nil, fmt.Errorf("gossip: no seed has answered yet: %w", global.ErrUnreachable)

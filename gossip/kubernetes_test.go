@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/internal/faultnet"
 )
@@ -166,4 +167,37 @@ func TestHeadlessService(t *testing.T) {
 	whole("limits-0@127.0.0.4", "limits-7f9c@127.0.0.5", "limits-2@127.0.0.6")
 	network.Heal()
 	assert.Len(t, pods, 3)
+}
+
+// TestLoneNodeThenAPeerPublished starts the first pod of a service, a
+// fleet of one, then publishes a second address where nothing answers
+// (a pod not yet listening, or gossip blocked between pods): the lone
+// node, which never had a peer, must say it is cut off rather than go on
+// serving the whole limit beside a pod it cannot hear. Once the second
+// pod answers, both are whole.
+func TestLoneNodeThenAPeerPublished(t *testing.T) {
+	t.Parallel()
+	ips := []string{"127.0.0.7", "127.0.0.8"}
+	port := commonPort(t, ips...)
+	dns := &headless{name: "limits.prod.svc.cluster.local"}
+	start := func(name, ip string) *gossip.Gossip {
+		g, err := gossip.New(gossip.Config{Name: name, BindAddr: ip, BindPort: port, LookupHost: dns.lookup,
+			Seeds: []string{net.JoinHostPort(dns.name, strconv.Itoa(port))}, RejoinInterval: 100 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = g.Close() })
+		return g
+	}
+	reachable := func(g *gossip.Gossip) bool {
+		_, err := g.Sync(t.Context(), &global.Request{Interval: time.Second})
+		return err == nil
+	}
+	dns.set(ips[0])
+	first := start("limits-0", ips[0])
+	require.True(t, reachable(first), "a fleet of one")
+	dns.set(ips...)
+	require.Eventually(t, func() bool { return !reachable(first) }, 5*time.Second, 10*time.Millisecond,
+		"a published peer that never answered makes the lone node unreachable")
+	second := start("limits-1", ips[1])
+	require.Eventually(t, func() bool { return reachable(first) && reachable(second) }, 5*time.Second, 10*time.Millisecond)
+	assert.Len(t, first.Members(), 2)
 }

@@ -21,10 +21,14 @@ import (
 // re-join would try it for ever.
 //
 // A node whose seeds all resolve, to its own address only, is a whole
-// fleet of one: it counts as joined, and serves its full limit. A seed
-// that fails to resolve keeps a node that has never joined unreachable,
-// with the lookup's error in Sync's: it is a fleet the node expects but
-// cannot see.
+// fleet of one, and serves its full limit, for as long as the latest
+// resolution says so. Once they resolve to other addresses too (a pod
+// published but not yet listening; gossip blocked between pods) a node
+// that has never had a peer is unreachable again until one answers:
+// two pods that cannot talk must not each serve the whole limit in
+// silence. A seed that fails to resolve keeps a node that has never had a
+// peer unreachable, with the lookup's error in Sync's: it is a fleet the
+// node expects but cannot see.
 
 // seedSet is one resolution of the Seeds.
 type seedSet struct {
@@ -110,18 +114,11 @@ func (g *Gossip) isSelf(ip net.IP, port string) bool {
 }
 
 // joinSeeds resolves the seeds and joins those that are not members yet
-// (all of them, with live nil). A node whose seeds are all itself is
-// marked joined: it is a fleet of one. The last resolution's error is
-// kept for Sync's.
+// (all of them, with live nil). The resolution is kept for Sync, which
+// tells from it whether a node that never had a peer is a fleet of one.
 func (g *Gossip) joinSeeds(ctx context.Context, live map[string]bool) {
 	s := g.resolveSeeds(ctx)
-	g.seedErr.Store(&s)
-	if s.alone() {
-		g.mu.Lock()
-		g.joined = true
-		g.mu.Unlock()
-		return
-	}
+	g.seeds.Store(&s)
 	var addrs []string
 	for _, a := range s.peers {
 		if !live[a] {
