@@ -42,10 +42,15 @@ type Gossip struct {
 	core   *Core
 	joined bool // a peer has been a member at some point
 
-	evMu    sync.Mutex
-	events  []event                    // membership events not yet applied to tab
-	members map[string]memberlist.Node // live members, copied from events
-	addr    string
+	evMu     sync.Mutex
+	events   []event                    // membership events not yet applied to tab
+	members  map[string]memberlist.Node // live members, copied from events
+	addr     string                     // advertised host:port
+	ip       net.IP                     // advertised
+	port     int                        // advertised
+	bindPort int
+
+	seeds atomic.Pointer[seedSet] // the last resolution of the Seeds
 
 	inbox  chan []byte // updates from NotifyMsg, for the merge loop
 	outbox chan []byte // updates too large for gossip, for the sender
@@ -74,9 +79,10 @@ const (
 	maxBatch = 64 << 10
 )
 
-// New starts a node: it binds its address, joins the Seeds (a node none
-// of whose seeds answer still starts, and keeps trying them), and starts
-// gossiping. Close stops it.
+// New starts a node: it binds its address, resolves and joins the Seeds
+// (a node none of whose seeds answer still starts, and keeps trying
+// them), and starts gossiping. A node with no seeds, or whose seeds all
+// resolve to itself, is a fleet of one. Close stops it.
 func New(cfg Config) (*Gossip, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -132,6 +138,10 @@ func New(cfg Config) (*Gossip, error) {
 	mc.Label = cfg.Label
 	mc.SecretKey, mc.Keyring = cfg.SecretKey, cfg.Keyring
 	mc.Logger = logger
+	mc.ProbeInterval, mc.ProbeTimeout = DefaultProbeInterval, DefaultProbeTimeout
+	mc.SuspicionMult, mc.SuspicionMaxTimeoutMult = DefaultSuspicionMult, DefaultSuspicionMaxTimeoutMult
+	mc.AwarenessMaxMultiplier = DefaultAwarenessMaxMultiplier
+	mc.DeadNodeReclaimTime = DefaultDeadNodeReclaimTime
 	if cfg.Tune != nil {
 		cfg.Tune(mc)
 		mc.Delegate, mc.Events, mc.Transport = (*delegate)(g), (*events)(g), tr
@@ -142,13 +152,12 @@ func New(cfg Config) (*Gossip, error) {
 		return nil, fmt.Errorf("gossip: starting memberlist: %w", err)
 	}
 	g.ml = ml
-	g.addr = ml.LocalNode().Address()
+	self := ml.LocalNode()
+	g.addr, g.ip, g.port, g.bindPort = self.Address(), self.Addr, int(self.Port), nt.GetAutoBindPort()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
-	if len(cfg.Seeds) > 0 {
-		g.join(cfg.Seeds)
-	}
+	g.joinSeeds(ctx, nil)
 	g.wg.Add(3)
 	go g.mergeLoop(ctx)
 	go g.sendLoop(ctx)
@@ -219,7 +228,8 @@ var errClosed = fmt.Errorf("gossip: closed: %w", global.ErrUnreachable)
 //
 // Sync fails with an error wrapping global.ErrUnreachable, recording
 // nothing, when this node is cut off: no peer is alive although some did
-// not leave, or none of the Seeds has answered yet. The caller should
+// not leave, or none of the Seeds other than this node has answered yet
+// (nor did they all resolve to this node). The caller should
 // then limit on its own and report the consumption again later.
 func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Response, error) {
 	if err := req.Validate(); err != nil {
@@ -235,7 +245,10 @@ func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Respons
 	now := g.now()
 	g.lock()
 	defer g.mu.Unlock()
-	if len(g.cfg.Seeds) > 0 && !g.joined {
+	if s := g.seeds.Load(); !g.joined && !s.alone() {
+		if s.err != nil {
+			return nil, fmt.Errorf("gossip: no seed has answered yet (%v): %w", s.err, global.ErrUnreachable)
+		}
 		return nil, fmt.Errorf("gossip: no seed has answered yet: %w", global.ErrUnreachable)
 	}
 	resp, err := g.core.sync(req, now)
@@ -459,50 +472,6 @@ func (g *Gossip) sendAll(msg []byte) {
 		})
 	}
 	wg.Wait()
-}
-
-// rejoinLoop joins the seeds, and peers that went away without leaving,
-// whenever they are not members: memberlist stops gossiping to a dead
-// node after a while, so two sides of a partition would otherwise never
-// find each other again.
-func (g *Gossip) rejoinLoop(ctx context.Context) {
-	defer g.wg.Done()
-	for {
-		t := g.clk.NewTimer(g.cfg.RejoinInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C():
-		}
-		if addrs := g.missing(); len(addrs) > 0 {
-			g.join(addrs)
-		}
-	}
-}
-
-// missing returns the seeds and lost peers that are not live members.
-func (g *Gossip) missing() []string {
-	live := map[string]bool{g.addr: true}
-	for _, n := range g.peers() {
-		live[n.Address()] = true
-	}
-	var out []string
-	for _, s := range g.cfg.Seeds {
-		if !live[s] {
-			out = append(out, s)
-		}
-	}
-	now := g.now()
-	g.lock()
-	defer g.mu.Unlock()
-	tab := g.core.tab
-	for _, p := range tab.peers {
-		if p != tab.self && !p.alive && !p.left && p.addr != "" && !live[p.addr] && now.mono-p.downAt <= tab.forget {
-			out = append(out, p.addr)
-		}
-	}
-	return out
 }
 
 // Close sends this node's last counts and a farewell to its peers, so

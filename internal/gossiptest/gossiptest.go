@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/gossip"
@@ -55,11 +56,19 @@ func Start(tb testing.TB, n int, tune func(i int, c *gossip.Config)) *Cluster {
 	return c
 }
 
-// Patient is the harness's memberlist tuning: probes wait 2 s for an
-// answer rather than 500 ms, so that a test machine starved of CPU (the
-// race detector, parallel packages) does not have memberlist declare
-// live nodes dead. Tests of failure detection replace it.
-func Patient(c *memberlist.Config) { c.ProbeTimeout = 2 * time.Second }
+// Patient is the harness's memberlist tuning: memberlist's own LAN
+// failure detection (probes every 1 s, suspicion stretched up to 6
+// times) rather than gossip.New's quicker defaults, and probes that wait
+// 2 s for an answer rather than 500 ms, so that a test machine starved
+// of CPU (the race detector, parallel packages) does not have memberlist
+// declare live nodes dead. Tests of failure detection replace it; tests
+// of gossip.New's defaults set Tune to nil.
+func Patient(c *memberlist.Config) {
+	d := memberlist.DefaultLANConfig()
+	c.ProbeInterval, c.SuspicionMult, c.SuspicionMaxTimeoutMult = d.ProbeInterval, d.SuspicionMult, d.SuspicionMaxTimeoutMult
+	c.AwarenessMaxMultiplier = d.AwarenessMaxMultiplier
+	c.ProbeTimeout = 2 * time.Second
+}
 
 // Close closes every node that is still open.
 func (c *Cluster) Close() {
@@ -95,12 +104,21 @@ func (c *Cluster) WaitMembers(tb testing.TB, want int, within time.Duration, nod
 			nodes = append(nodes, i)
 		}
 	}
-	require.Eventually(tb, func() bool {
-		for _, i := range nodes {
-			if len(c.Nodes[i].Members()) != want {
+	seen := func() []int {
+		out := make([]int, len(nodes))
+		for j, i := range nodes {
+			out[j] = len(c.Nodes[i].Members())
+		}
+		return out
+	}
+	if !assert.Eventually(tb, func() bool {
+		for _, n := range seen() {
+			if n != want {
 				return false
 			}
 		}
 		return true
-	}, within, 10*time.Millisecond, "nodes %v did not all see %d members", nodes, want)
+	}, within, 10*time.Millisecond) {
+		require.FailNow(tb, fmt.Sprintf("nodes %v did not all see %d members: they see %v", nodes, want, seen()))
+	}
 }
