@@ -115,6 +115,9 @@ func newTable(self string, inc uint64, cfg *Config) *table {
 // epochOf is the window wall falls in, for a window of ms milliseconds,
 // and how far into it wall is, in [0, 1).
 func epochOf(wall int64, ms uint64) (uint64, float64) {
+	if ms == 0 {
+		return 0, 0 // no entry has a zero window (decode refuses one); no division by it either
+	}
 	t := uint64(max(wall, 0)) / uint64(time.Millisecond)
 	return t / ms, float64(t%ms) / float64(ms)
 }
@@ -159,102 +162,6 @@ func (t *table) keyFor(h uint64, force bool) *key {
 	k := &key{hash: h}
 	t.keys[h] = k
 	return k
-}
-
-// merge applies a decoded message. An update comes from its origin
-// itself, so the origin is known to be alive; a state relays what its
-// sender knows; a leave frees its origin's shares.
-func (t *table) merge(m *message, now instant) {
-	for i := range m.sections {
-		s := &m.sections[i]
-		p := t.peerFor(s.name)
-		if p == nil {
-			t.dropped += uint64(len(s.entries))
-			continue
-		}
-		if p == t.self {
-			continue // our own entries, relayed back: we know better
-		}
-		switch {
-		case s.inc < p.inc:
-			continue // from before the peer restarted
-		case s.inc > p.inc:
-			p.inc, p.left = s.inc, false
-		}
-		switch m.kind {
-		case kindUpdate:
-			p.heard = now.mono
-		case kindLeave:
-			p.alive, p.left, p.downAt = false, true, now.mono
-		}
-		for j := range s.entries {
-			t.mergeEntry(p, s.inc, &s.entries[j], now)
-		}
-	}
-}
-
-// mergeEntry merges one peer's entry for one key, and takes what the peer
-// newly consumed out of this node's reconstruction of the key's bucket.
-func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) {
-	k := t.keyFor(e.hash, false)
-	if k == nil {
-		t.dropped++
-		return
-	}
-	var c *count
-	for i := range k.peers {
-		if k.peers[i].p == p {
-			c = &k.peers[i]
-			break
-		}
-	}
-	if c == nil {
-		k.peers = append(k.peers, count{p: p})
-		c = &k.peers[len(k.peers)-1]
-		p.counts++
-	}
-	old := c.e
-	if c.inc != inc || old.windowMs != e.windowMs {
-		if c.inc > inc || (c.inc == inc && old.seq >= e.seq) {
-			return // an older incarnation, or an older window setting
-		}
-		old = entry{}
-	}
-	// The G-counter: per window, the larger count wins.
-	ep := max(old.epoch, e.epoch)
-	cur := max(old.countAt(ep), e.countAt(ep))
-	prev := max(old.countAt(ep-1), e.countAt(ep-1))
-	delta := (cur - old.countAt(ep)) + (prev - old.countAt(ep-1))
-	next := old
-	if e.seq > old.seq {
-		next = *e
-		c.recvAt = now.mono
-	}
-	next.epoch, next.cur, next.prev = ep, cur, prev
-	if next == c.e && c.inc == inc {
-		return
-	}
-	c.e, c.inc = next, inc
-	if u := k.local; u != nil && u.limit.Algorithm == global.TokenBucket && delta > 0 {
-		u.level -= float64(delta)
-	}
-}
-
-// join and leave record membership events.
-func (t *table) join(name, addr string) {
-	p := t.peerFor([]byte(name))
-	if p == nil || p == t.self {
-		return
-	}
-	p.alive, p.left, p.addr = true, false, addr
-}
-
-func (t *table) leave(name string, now instant) {
-	p := t.peers[name]
-	if p == nil || p == t.self {
-		return
-	}
-	p.alive, p.downAt = false, now.mono
 }
 
 // fleetView is what this node sees of its fleet: the live members (this
@@ -396,7 +303,8 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 	for i := range k.peers {
 		c := &k.peers[i]
 		if leaseStands(c, now) && (lim.Algorithm == global.TokenBucket || c.e.epoch == ep) {
-			others += float64(c.e.reserved)
+			// No live peer holds more than the whole policy.
+			others += min(float64(c.e.reserved), float64(max(burst, lim.Limit)))
 		}
 	}
 	switch lim.Algorithm {
@@ -415,15 +323,15 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		l.meterAt = now.mono
 		free := l.level - others
 		lease = clampLease(demand, l.meter, free)
-		remaining = int64(max(0, free-float64(lease)))
+		remaining = saturate(free - float64(lease))
 		used = B - l.level
-		resetAfter = time.Duration((B - l.level) / perNs)
+		resetAfter = time.Duration(saturate((B - l.level) / perNs))
 	case global.SlidingWindow:
 		used = t.used(k, ms, ep, frac)
 		free := float64(lim.Limit) - used - others
 		meter := w*float64(lim.Limit) - own.estimate(ep, frac)
 		lease = clampLease(demand, meter, free)
-		remaining = int64(max(0, free-float64(lease)))
+		remaining = saturate(free - float64(lease))
 		// A count in the current window lasts until the end of the next;
 		// a lease will be counted in the current window when spent.
 		edge := time.Duration(float64(lim.Window) * (1 - frac))
@@ -449,7 +357,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 	return global.Grant{
 		Lease:      lease,
 		TTL:        ttl,
-		Used:       int64(max(0, math.Ceil(used-1e-9))),
+		Used:       saturate(math.Ceil(used - 1e-9)),
 		Remaining:  remaining,
 		Nodes:      nodes,
 		Weight:     w,
