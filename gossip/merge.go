@@ -52,9 +52,10 @@ func (t *table) merge(m *message, now instant) {
 		case kindUpdate:
 			p.heard = now.mono
 		case kindLeave:
-			if s.inc >= p.inc {
-				p.alive, p.left, p.downAt = false, true, now.mono
-			}
+			// Whether it is a member is memberlist's to say, not a
+			// message's: a forged farewell frees the node's share until
+			// it next speaks, but does not cut this node off its fleet.
+			p.left = p.left || s.inc >= p.inc
 		}
 		p.inc = max(p.inc, s.inc)
 		news := false
