@@ -135,3 +135,41 @@ func TestUsedSaturates(t *testing.T) {
 	assert.Equal(t, int64(math.MaxInt64), g.Used, "saturated, not wrapped")
 	assert.Zero(t, g.Lease)
 }
+
+// TestTableIsBounded: forged peers and incarnations cannot grow the
+// table past its bound; at the bound new entries are refused and
+// counted, entries held still merge, and this node's own keys still
+// sync.
+func TestTableIsBounded(t *testing.T) {
+	t.Parallel()
+	tab := testTable()
+	tab.maxEntries = 100
+	for i := range 50 {
+		name := fmt.Sprintf("p%d", i)
+		for k := range 4 {
+			require.NoError(t, receive(tab, kindUpdate, name, 1, t0, peerEntry(fmt.Sprintf("k%d", k), t0, 1, 1)))
+		}
+	}
+	assert.Equal(t, 100, tab.entries)
+	assert.Equal(t, uint64(100), tab.dropped, "what did not fit is counted")
+	require.NoError(t, receive(tab, kindUpdate, "p0", 1, t0, peerEntry("k0", t0, 5, 2)))
+	assert.Equal(t, int64(5+24), grant(t, tab, "k0", 0, 0, t0).Used, "held entries still merge")
+	for inc := range uint64(10) {
+		_ = receive(tab, kindUpdate, "p0", inc+2, t0, peerEntry("k9", t0, 1, 1))
+	}
+	assert.Equal(t, 100, tab.entries)
+	g := grant(t, tab, "own", 1, 1, t0)
+	assert.Equal(t, int64(1), g.Used, "this node's own key is tracked")
+	later := t0.add(3 * time.Hour)
+	tab.gc(later)
+	assert.Zero(t, tab.entries, "gc gives the room back")
+}
+
+func TestIncarnationsPerKeyAreBounded(t *testing.T) {
+	t.Parallel()
+	tab := testTable()
+	for inc := range uint64(100) {
+		_ = receive(tab, kindUpdate, "p", inc+1, t0, peerEntry("k", t0, 1, 1))
+	}
+	assert.Len(t, tab.keys[xxh3.HashString("k")].peers, maxVariants)
+}

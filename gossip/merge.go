@@ -32,6 +32,18 @@ const (
 	// maxLeaseTTL bounds how long a peer's lease stands here, whatever it
 	// claims: a node's TTL is two of its sync intervals.
 	maxLeaseTTL = 10 * time.Second
+	// maxEntries bounds the peers' entries the table holds, over all
+	// keys, whatever MaxKeys and MaxPeers allow (their product is 10^8
+	// by default): at about 110 bytes an entry, 2^20 of them take about
+	// 110 MB. At the bound, an entry for a peer and key not yet held is
+	// refused and counted in Stats.Refused; entries held go on merging,
+	// this node's own keys are always tracked, and room comes back as
+	// windows pass and gc forgets what no longer counts.
+	maxEntries = 1 << 20
+	// maxVariants bounds the entries per peer and key: one per
+	// incarnation and window, of which a live peer has one, or two
+	// across a restart or a change of policy. More are forged, refused.
+	maxVariants = 4
 )
 
 // merge applies a decoded message. An update says its origin is alive
@@ -87,13 +99,22 @@ func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
 		return false
 	}
 	var c *count
+	variants := 0
 	for i := range k.peers {
-		if q := &k.peers[i]; q.p == p && q.inc == inc && q.e.windowMs == e.windowMs {
-			c = q
-			break
+		if q := &k.peers[i]; q.p == p {
+			if q.inc == inc && q.e.windowMs == e.windowMs {
+				c = q
+				break
+			}
+			variants++
 		}
 	}
 	if c == nil {
+		if variants >= maxVariants || t.entries >= t.maxEntries {
+			t.dropped++
+			return false
+		}
+		t.entries++
 		k.peers = append(k.peers, count{p: p, inc: inc, e: entry{hash: e.hash, windowMs: e.windowMs}})
 		c = &k.peers[len(k.peers)-1]
 		p.counts++

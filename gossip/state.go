@@ -90,8 +90,11 @@ type table struct {
 	keys     map[uint64]*key
 	maxKeys  int
 	maxPeers int
-	grace    int64
-	forget   int64 // how long a gone peer is remembered
+	// entries and maxEntries are the peers' entries held, over every
+	// key, and the bound on them: see maxEntries in merge.go.
+	entries, maxEntries int
+	grace               int64
+	forget              int64 // how long a gone peer is remembered
 
 	scratch []float64
 	downs   []int64 // view's scratch
@@ -102,13 +105,14 @@ type table struct {
 func newTable(self string, inc uint64, cfg *Config) *table {
 	p := &peer{name: self, inc: inc, alive: true}
 	return &table{
-		self:     p,
-		peers:    map[string]*peer{self: p},
-		keys:     make(map[uint64]*key),
-		maxKeys:  cfg.MaxKeys,
-		maxPeers: cfg.MaxPeers,
-		grace:    int64(cfg.Grace),
-		forget:   int64(10 * cfg.Grace),
+		self:       p,
+		peers:      map[string]*peer{self: p},
+		keys:       make(map[uint64]*key),
+		maxKeys:    cfg.MaxKeys,
+		maxPeers:   cfg.MaxPeers,
+		maxEntries: maxEntries,
+		grace:      int64(cfg.Grace),
+		forget:     int64(10 * cfg.Grace),
 	}
 }
 
@@ -504,6 +508,7 @@ func (t *table) gc(now instant) {
 				keep = append(keep, c)
 			} else {
 				c.p.counts--
+				t.entries--
 			}
 		}
 		clear(k.peers[len(keep):])
