@@ -67,9 +67,10 @@ func (t *table) merge(m *message, now instant) {
 			// Whether it is a member is memberlist's to say, not a
 			// message's: a forged farewell frees the node's share until
 			// it next speaks, but does not cut this node off its fleet.
-			p.left = p.left || s.inc >= p.inc
+			// Whichever incarnation it names: a farewell from an earlier
+			// run, arriving late, is undone by the next update.
+			p.left = true
 		}
-		p.inc = max(p.inc, s.inc)
 		news := false
 		for j := range s.entries {
 			news = t.mergeEntry(p, s.inc, &s.entries[j], now) || news
