@@ -3,6 +3,8 @@ package gossip
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -172,4 +174,36 @@ func TestIncarnationsPerKeyAreBounded(t *testing.T) {
 		_ = receive(tab, kindUpdate, "p", inc+1, t0, peerEntry("k", t0, 1, 1))
 	}
 	assert.Len(t, tab.keys[xxh3.HashString("k")].peers, maxVariants)
+}
+
+// BenchmarkForgedPeers measures the heap a table holds after 1,024
+// forged peers each send 2,000 keys: the table's bound at work. One op is
+// the whole flood.
+func BenchmarkForgedPeers(b *testing.B) {
+	for range b.N {
+		tab := testTable()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var w encoder
+		var m message
+		for p := range 1024 {
+			w.header(kindUpdate)
+			w.section(fmt.Sprintf("forged-%d", p), 1)
+			for k := range 2000 {
+				e := peerEntry("x", t0, 1, 1)
+				e.hash = xxh3.HashString(strconv.Itoa(k))
+				w.entry(&e)
+			}
+			if err := m.decode(w.finish()); err != nil {
+				b.Fatal(err)
+			}
+			tab.merge(&m, t0)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MB")
+		b.ReportMetric(float64(tab.dropped), "refused")
+		runtime.KeepAlive(tab)
+	}
 }
