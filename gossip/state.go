@@ -1,19 +1,16 @@
 package gossip
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"time"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/hybridlimit/hybridlimit/global"
 )
 
-// The table is the node's view of the fleet: per key, one entry per node
-// (a G-counter per key and window, plus each node's lease, demand and
-// weight). It does no I/O and reads no clock; the Gossip feeds it
+// The table is the node's view of the fleet: per key, one entry per node,
+// incarnation and window (a G-counter per key and window, plus each
+// node's lease, demand and weight; merge.go says why not one per node). It does no I/O and reads no clock; the Gossip feeds it
 // messages, membership events and the time.
 //
 // Counts merge by max per window, so a message applied twice, late or out
@@ -44,7 +41,7 @@ type instant struct {
 // peer is what the table knows of another node.
 type peer struct {
 	name   string
-	inc    uint64 // its incarnation: when it started
+	inc    uint64 // this node's incarnation; entries carry their peers'
 	alive  bool   // memberlist counts it a member
 	left   bool   // it left gracefully: its share is free at once
 	heard  int64  // when it last sent us an update itself (mono)
@@ -90,8 +87,11 @@ type table struct {
 	keys     map[uint64]*key
 	maxKeys  int
 	maxPeers int
-	grace    int64
-	forget   int64 // how long a gone peer is remembered
+	// entries and maxEntries are the peers' entries held, over every
+	// key, and the bound on them: see maxEntries in merge.go.
+	entries, maxEntries int
+	grace               int64
+	forget              int64 // how long a gone peer is remembered
 
 	scratch []float64
 	downs   []int64 // view's scratch
@@ -102,19 +102,23 @@ type table struct {
 func newTable(self string, inc uint64, cfg *Config) *table {
 	p := &peer{name: self, inc: inc, alive: true}
 	return &table{
-		self:     p,
-		peers:    map[string]*peer{self: p},
-		keys:     make(map[uint64]*key),
-		maxKeys:  cfg.MaxKeys,
-		maxPeers: cfg.MaxPeers,
-		grace:    int64(cfg.Grace),
-		forget:   int64(10 * cfg.Grace),
+		self:       p,
+		peers:      map[string]*peer{self: p},
+		keys:       make(map[uint64]*key),
+		maxKeys:    cfg.MaxKeys,
+		maxPeers:   cfg.MaxPeers,
+		maxEntries: maxEntries,
+		grace:      int64(cfg.Grace),
+		forget:     int64(10 * cfg.Grace),
 	}
 }
 
 // epochOf is the window wall falls in, for a window of ms milliseconds,
 // and how far into it wall is, in [0, 1).
 func epochOf(wall int64, ms uint64) (uint64, float64) {
+	if ms == 0 {
+		return 0, 0 // no entry has a zero window (decode refuses one); no division by it either
+	}
 	t := uint64(max(wall, 0)) / uint64(time.Millisecond)
 	return t / ms, float64(t%ms) / float64(ms)
 }
@@ -159,102 +163,6 @@ func (t *table) keyFor(h uint64, force bool) *key {
 	k := &key{hash: h}
 	t.keys[h] = k
 	return k
-}
-
-// merge applies a decoded message. An update comes from its origin
-// itself, so the origin is known to be alive; a state relays what its
-// sender knows; a leave frees its origin's shares.
-func (t *table) merge(m *message, now instant) {
-	for i := range m.sections {
-		s := &m.sections[i]
-		p := t.peerFor(s.name)
-		if p == nil {
-			t.dropped += uint64(len(s.entries))
-			continue
-		}
-		if p == t.self {
-			continue // our own entries, relayed back: we know better
-		}
-		switch {
-		case s.inc < p.inc:
-			continue // from before the peer restarted
-		case s.inc > p.inc:
-			p.inc, p.left = s.inc, false
-		}
-		switch m.kind {
-		case kindUpdate:
-			p.heard = now.mono
-		case kindLeave:
-			p.alive, p.left, p.downAt = false, true, now.mono
-		}
-		for j := range s.entries {
-			t.mergeEntry(p, s.inc, &s.entries[j], now)
-		}
-	}
-}
-
-// mergeEntry merges one peer's entry for one key, and takes what the peer
-// newly consumed out of this node's reconstruction of the key's bucket.
-func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) {
-	k := t.keyFor(e.hash, false)
-	if k == nil {
-		t.dropped++
-		return
-	}
-	var c *count
-	for i := range k.peers {
-		if k.peers[i].p == p {
-			c = &k.peers[i]
-			break
-		}
-	}
-	if c == nil {
-		k.peers = append(k.peers, count{p: p})
-		c = &k.peers[len(k.peers)-1]
-		p.counts++
-	}
-	old := c.e
-	if c.inc != inc || old.windowMs != e.windowMs {
-		if c.inc > inc || (c.inc == inc && old.seq >= e.seq) {
-			return // an older incarnation, or an older window setting
-		}
-		old = entry{}
-	}
-	// The G-counter: per window, the larger count wins.
-	ep := max(old.epoch, e.epoch)
-	cur := max(old.countAt(ep), e.countAt(ep))
-	prev := max(old.countAt(ep-1), e.countAt(ep-1))
-	delta := (cur - old.countAt(ep)) + (prev - old.countAt(ep-1))
-	next := old
-	if e.seq > old.seq {
-		next = *e
-		c.recvAt = now.mono
-	}
-	next.epoch, next.cur, next.prev = ep, cur, prev
-	if next == c.e && c.inc == inc {
-		return
-	}
-	c.e, c.inc = next, inc
-	if u := k.local; u != nil && u.limit.Algorithm == global.TokenBucket && delta > 0 {
-		u.level -= float64(delta)
-	}
-}
-
-// join and leave record membership events.
-func (t *table) join(name, addr string) {
-	p := t.peerFor([]byte(name))
-	if p == nil || p == t.self {
-		return
-	}
-	p.alive, p.left, p.addr = true, false, addr
-}
-
-func (t *table) leave(name string, now instant) {
-	p := t.peers[name]
-	if p == nil || p == t.self {
-		return
-	}
-	p.alive, p.downAt = false, now.mono
 }
 
 // fleetView is what this node sees of its fleet: the live members (this
@@ -328,222 +236,6 @@ func leaseStands(c *count, now instant) bool {
 	return !c.p.left && c.e.reserved > 0 && now.mono-c.recvAt <= int64(c.e.ttlMs)*int64(time.Millisecond)
 }
 
-// syncAll answers a whole request: a grant per key, and how long this
-// node has been on a split's minority side.
-func (t *table) syncAll(req *global.Request, now instant, split time.Duration) *global.Response {
-	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys)), Partitioned: split}
-	for i := range req.Keys {
-		resp.Grants[i] = t.sync(&req.Keys[i], req.Interval, req.Shares, now)
-	}
-	return resp
-}
-
-// sync records this node's use of one key and grants its next lease.
-// interval is the caller's sync interval.
-func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shares, now instant) global.Grant {
-	lim := u.Limit
-	if err := lim.Validate(); err != nil {
-		return global.Grant{Err: fmt.Errorf("%w: %v", global.ErrInvalid, err)}
-	}
-	k := t.keyFor(xxh3.HashString(u.Key), true)
-	ms := uint64(lim.Window / time.Millisecond)
-	burst := lim.Burst
-	if lim.Algorithm != global.TokenBucket || burst == 0 {
-		burst = lim.Limit
-	}
-	B := float64(burst)
-	perNs := float64(lim.Limit) / float64(lim.Window)
-	ep, frac := epochOf(now.wall, ms)
-
-	own := &k.own
-	if own.windowMs != ms {
-		*own = entry{hash: k.hash, windowMs: ms, epoch: ep, seq: own.seq}
-	}
-	own.roll(ep)
-	l := k.local
-	if l == nil || l.limit != lim {
-		l = &use{limit: lim, levelAt: now.mono, meterAt: now.mono, meter: -1}
-		k.local = l
-		if lim.Algorithm == global.TokenBucket {
-			l.level = B - t.used(k, ms, ep, frac)
-		}
-	}
-	l.usedAt = now.mono
-
-	// What was spent from the last lease was spent in the window it was
-	// granted in: a sliding window's lease lapses at the window's edge.
-	// The rest (spent past the lease, while the fleet was unreachable)
-	// is counted now.
-	consumed := uint64(max(u.Consumed, 0))
-	if fromLease := min(consumed, l.lease); l.leaseEpoch+1 == ep && fromLease > 0 {
-		own.prev += fromLease
-		consumed -= fromLease
-	}
-	own.cur += consumed
-	spent := float64(max(u.Consumed, 0))
-
-	demand := max(u.Demand, 0)
-	rate := uint64(0)
-	if demand > 0 {
-		rate = uint64(math.Ceil(float64(demand) / max(interval.Seconds(), 1e-3)))
-	}
-	w, nodes := t.weight(k, rate, shares, now)
-
-	var lease, remaining int64
-	var used float64
-	var resetAfter time.Duration
-	others := 0.0
-	for i := range k.peers {
-		c := &k.peers[i]
-		if leaseStands(c, now) && (lim.Algorithm == global.TokenBucket || c.e.epoch == ep) {
-			others += float64(c.e.reserved)
-		}
-	}
-	switch lim.Algorithm {
-	case global.TokenBucket:
-		dt := float64(now.mono - l.levelAt)
-		l.level = min(B, l.level+perNs*dt) - spent
-		l.levelAt = now.mono
-		// This node's own meter: its weight's part of the rate and the
-		// burst. It is what bounds a node that cannot hear its peers.
-		capacity := w * B
-		if l.meter < 0 {
-			l.meter = capacity
-		} else {
-			l.meter = min(capacity, l.meter+w*perNs*float64(now.mono-l.meterAt)) - spent
-		}
-		l.meterAt = now.mono
-		free := l.level - others
-		lease = clampLease(demand, l.meter, free)
-		remaining = int64(max(0, free-float64(lease)))
-		used = B - l.level
-		resetAfter = time.Duration((B - l.level) / perNs)
-	case global.SlidingWindow:
-		used = t.used(k, ms, ep, frac)
-		free := float64(lim.Limit) - used - others
-		meter := w*float64(lim.Limit) - own.estimate(ep, frac)
-		lease = clampLease(demand, meter, free)
-		remaining = int64(max(0, free-float64(lease)))
-		// A count in the current window lasts until the end of the next;
-		// a lease will be counted in the current window when spent.
-		edge := time.Duration(float64(lim.Window) * (1 - frac))
-		switch {
-		case lease > 0 || t.curCount(k, ms, ep) > 0:
-			resetAfter = edge + lim.Window
-		case used > 0:
-			resetAfter = edge
-		}
-	}
-
-	l.lease, l.leaseEpoch = uint64(lease), ep
-	ttl := 2 * interval
-	own.seq++
-	if !k.dirty {
-		k.dirty = true
-		t.changed = append(t.changed, k)
-	}
-	own.reserved = uint64(lease)
-	own.ttlMs = uint64(min(ttl.Milliseconds(), maxTTLms))
-	own.demand = min(rate, maxCount)
-	own.weight = uint16(math.Round(min(max(w, 0), 1) * weightScale))
-	return global.Grant{
-		Lease:      lease,
-		TTL:        ttl,
-		Used:       int64(max(0, math.Ceil(used-1e-9))),
-		Remaining:  remaining,
-		Nodes:      nodes,
-		Weight:     w,
-		ResetAfter: max(0, resetAfter),
-	}
-}
-
-// clampLease is the lease: the demand, if the node's share and the
-// fleet's free budget both allow it.
-func clampLease(demand int64, share, free float64) int64 {
-	if demand <= 0 {
-		return 0
-	}
-	g := math.Floor(min(float64(demand), share, free))
-	if g < 1 {
-		return 0
-	}
-	return int64(g)
-}
-
-// used is the fleet's sliding-window count for k over the window ending
-// now, from every node's entry with the same window.
-func (t *table) used(k *key, ms, ep uint64, frac float64) float64 {
-	n := 0.0
-	if k.own.windowMs == ms {
-		n += k.own.estimate(ep, frac)
-	}
-	for i := range k.peers {
-		if e := &k.peers[i].e; e.windowMs == ms {
-			n += e.estimate(ep, frac)
-		}
-	}
-	return n
-}
-
-// curCount is the fleet's count in window ep.
-func (t *table) curCount(k *key, ms, ep uint64) uint64 {
-	n := k.own.countAt(ep)
-	for i := range k.peers {
-		if e := &k.peers[i].e; e.windowMs == ms {
-			n += e.countAt(ep)
-		}
-	}
-	return n
-}
-
-// weight is this node's share of k's budget and the number of nodes the
-// budget is split between. Silent peers keep the weight they last
-// reported; live nodes split the rest: equally, or by demand, max-min
-// fair (a node that wants less than an even split gets what it wants, and
-// the others share what it leaves; if all want less than there is, each
-// gets a part in proportion to its demand).
-func (t *table) weight(k *key, rate uint64, shares global.Shares, now instant) (float64, int) {
-	demands := append(t.scratch[:0], float64(rate))
-	reserved, n := 0.0, 1
-	for i := range k.peers {
-		c := &k.peers[i]
-		switch t.standingOf(c, now) {
-		case live:
-			demands = append(demands, float64(c.e.demand))
-			n++
-		case silent:
-			reserved += float64(c.e.weight) / weightScale
-			n++
-		}
-	}
-	t.scratch = demands
-	if shares == global.Equal {
-		return 1 / float64(n), n
-	}
-	if rate == 0 {
-		return 0, n
-	}
-	avail := max(0, 1-reserved)
-	perSec := float64(k.local.limit.Limit) / k.local.limit.Window.Seconds()
-	capacity := perSec * avail
-	total := 0.0
-	for _, d := range demands {
-		total += d
-	}
-	if total <= capacity {
-		return avail * float64(rate) / total, n
-	}
-	slices.Sort(demands)
-	left := capacity
-	for i, d := range demands {
-		if even := left / float64(len(demands)-i); d > even {
-			return min(float64(rate), even) / perSec, n
-		}
-		left -= d
-	}
-	return float64(rate) / perSec, n
-}
-
 // pending calls f with this node's entries that changed since they were
 // last sent, and those in use that were last sent longer than refresh
 // ago: a peer that missed an update, or joined since, learns it, and
@@ -596,6 +288,7 @@ func (t *table) gc(now instant) {
 				keep = append(keep, c)
 			} else {
 				c.p.counts--
+				t.entries--
 			}
 		}
 		clear(k.peers[len(keep):])

@@ -72,13 +72,21 @@ func TestMergeAcrossWindows(t *testing.T) {
 	assert.Equal(t, uint64(50), k.peers[0].e.prev)
 }
 
-func TestRestartedPeerReplacesItsEntries(t *testing.T) {
+// TestRestartedPeerKeepsItsCounts: what a peer spent before it restarted
+// was spent; its new incarnation's entry counts beside the old one, which
+// no message can replace (a forger could name any incarnation), and which
+// lapses with its window.
+func TestRestartedPeerKeepsItsCounts(t *testing.T) {
 	t.Parallel()
 	tab := testTable()
 	tab.merge(updateFrom("p", 1, peerEntry("k", t0, 50, 9)), t0)
 	tab.merge(updateFrom("p", 2, peerEntry("k", t0, 3, 1)), t0)
-	tab.merge(updateFrom("p", 1, peerEntry("k", t0, 60, 10)), t0) // from before the restart
-	assert.Equal(t, int64(3), grant(t, tab, "k", 0, 0, t0).Used)
+	tab.merge(updateFrom("p", 1, peerEntry("k", t0, 60, 10)), t0) // sent before the restart, late
+	assert.Equal(t, int64(63), grant(t, tab, "k", 0, 0, t0).Used)
+	later := t0.add(2*time.Hour + time.Second)
+	tab.merge(updateFrom("p", 2, peerEntry("k", later, 4, 2)), later)
+	tab.gc(later)
+	assert.Equal(t, int64(4), grant(t, tab, "k", 0, 0, later).Used, "two windows on, only the new incarnation counts")
 }
 
 func TestOwnEntriesFromPeersAreIgnored(t *testing.T) {

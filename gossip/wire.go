@@ -17,7 +17,7 @@ import (
 //	then, per origin:
 //	  nameLen     uvarint  1..255
 //	  name        nameLen bytes: the origin node's memberlist name
-//	  incarnation uvarint  when the origin started, in Unix nanoseconds
+//	  incarnation uvarint  when the origin started, in Unix nanoseconds; not 0
 //	  count       uvarint  number of entries
 //	  then, per entry:
 //	    hash      8 bytes, little endian: xxh3 of the key
@@ -25,7 +25,7 @@ import (
 //	    epoch     uvarint  the origin's current window: Unix time / window
 //	    cur       uvarint  consumed in window epoch
 //	    prev      uvarint  consumed in window epoch-1
-//	    seq       uvarint  the origin's sequence number for the key
+//	    seq       uvarint  the origin's sequence number for the key, from 1
 //	    reserved  uvarint  the origin's lease at its last sync
 //	    ttlMs     uvarint  how long that lease stands, in milliseconds
 //	    demand    uvarint  the origin's demand, requests per second
@@ -140,6 +140,9 @@ func (m *message) decode(b []byte) error {
 		if r.err != nil {
 			return r.err
 		}
+		if s.inc == 0 {
+			return fmt.Errorf("%w: origin %q has incarnation 0", errMalformed, s.name)
+		}
 		if count > uint64(len(r.b))/minEntryLen {
 			return fmt.Errorf("%w: %d entries in %d bytes", errMalformed, count, len(r.b))
 		}
@@ -180,6 +183,9 @@ func (e *entry) check() error {
 		return fmt.Errorf("%w: window of %d ms", errMalformed, e.windowMs)
 	case e.epoch == 0 || e.epoch > maxCount:
 		return fmt.Errorf("%w: epoch %d", errMalformed, e.epoch)
+	case e.seq == 0 || e.seq > maxCount:
+		// A node numbers a key's entries from 1, once per sync.
+		return fmt.Errorf("%w: sequence number %d", errMalformed, e.seq)
 	case e.cur > maxCount || e.prev > maxCount || e.reserved > maxCount || e.demand > maxCount:
 		return fmt.Errorf("%w: count out of range", errMalformed)
 	case e.ttlMs > maxTTLms:

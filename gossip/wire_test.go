@@ -22,7 +22,7 @@ func TestWireRoundTrip(t *testing.T) {
 		{"one entry", kindUpdate, map[string][]entry{"node-1": {sample(1)}}},
 		{"many entries", kindUpdate, map[string][]entry{"node-1": {sample(1), sample(2), sample(3)}}},
 		{"large values", kindState, map[string][]entry{"n": {{hash: ^uint64(0), windowMs: maxWindowMs, epoch: maxCount,
-			cur: maxCount, prev: maxCount, seq: ^uint64(0), reserved: maxCount, ttlMs: maxTTLms, demand: maxCount, weight: 65535}}}},
+			cur: maxCount, prev: maxCount, seq: maxCount, reserved: maxCount, ttlMs: maxTTLms, demand: maxCount, weight: 65535}}}},
 		{"several origins", kindState, map[string][]entry{"a": {sample(1)}, "b": {sample(2), sample(3)}, "c": {sample(4)}}},
 	}
 	for _, tt := range tests {
@@ -82,8 +82,11 @@ func TestWireRejects(t *testing.T) {
 		{"no origins", []byte{magic, version, kindUpdate, 0}},
 		{"huge count", []byte{magic, version, kindUpdate, 1, 1, 'a', 1, 0xff, 0xff, 0x03, 0, 0, 0}},
 		{"long name", []byte{magic, version, kindUpdate, 1, 0xff, 0x03, 'a', 'b', 'c'}},
-		{"zero window", encode(entry{hash: 1, epoch: 1})},
-		{"zero epoch", encode(entry{hash: 1, windowMs: 1})},
+		{"zero window", encode(entry{hash: 1, epoch: 1, seq: 1})},
+		{"zero epoch", encode(entry{hash: 1, windowMs: 1, seq: 1})},
+		{"zero seq", encode(entry{hash: 1, windowMs: 1, epoch: 1})},
+		{"seq past the cap", encode(entry{hash: 1, windowMs: 1, epoch: 1, seq: maxCount + 1})},
+		{"zero incarnation", []byte{magic, version, kindUpdate, 1, 1, 'a', 0, 0}},
 		{"count past the cap", encode(entry{hash: 1, windowMs: 1, epoch: 1, cur: maxCount + 1})},
 		{"TTL past the cap", encode(entry{hash: 1, windowMs: 1, epoch: 1, ttlMs: maxTTLms + 1})},
 		{"oversized", make([]byte, maxMessage+1)},

@@ -1,0 +1,104 @@
+package gossip_test
+
+import (
+	"io"
+	"log"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/gossip"
+	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
+)
+
+// TestForgedPackets sends a live two-node fleet the packets of issue 19,
+// over real memberlist on 127.0.0.1: as an outsider on an unkeyed fleet,
+// and as a member of a keyed one (it holds the key; it need not even
+// join). Each packet names node-2 or a node that does not exist. The
+// fleet must survive them all: node-1 does not crash, still counts what
+// node-2 spent and hears node-2's next updates, its weights sum to at
+// most 1 once node-2 speaks again, and a made-up node's lease lapses
+// within seconds rather than weeks.
+func TestForgedPackets(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef")
+	tests := []struct {
+		name   string
+		secret []byte
+	}{
+		{"outsider on an unkeyed fleet", nil},
+		{"member of a keyed fleet", key},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := gossiptest.Start(t, 2, func(i int, cfg *gossip.Config) { cfg.SecretKey = tt.secret })
+			a, b := c.Nodes[0], c.Nodes[1]
+			sync(t, b, "k", window, 900, 1)
+			require.Eventually(t, func() bool { return sync(t, a, "k", window, 0, 0).Used >= 900 }, 5*time.Second, 10*time.Millisecond)
+
+			now := time.Now()
+			ep := gossip.EpochNow(now, window.Window)
+			later := uint64(now.Add(time.Hour).UnixNano()) // an incarnation above node-2's
+			bucket := global.Limit{Algorithm: global.TokenBucket, Limit: 1000, Burst: 1000, Window: time.Second}
+			forged := [][]byte{
+				// 1: seq 0 made a zero window, and gc divided by it.
+				gossip.Forge(gossip.KindUpdate, "node-2", later, gossip.Forged{Key: "k", Window: window.Window, Epoch: ep}),
+				// 2: a higher incarnation with a clean slate.
+				gossip.Forge(gossip.KindUpdate, "node-2", later, gossip.Forged{Key: "k", Window: window.Window, Epoch: ep, Seq: 1}),
+				// 3: a far epoch, a huge seq on another window, and a made-up
+				// node's lease of 2^53 for 2^32 ms.
+				gossip.Forge(gossip.KindState, "node-2", later, gossip.Forged{Key: "k", Window: window.Window, Epoch: 1 << 53, Seq: 2}),
+				gossip.Forge(gossip.KindState, "node-2", later, gossip.Forged{Key: "k", Window: 2 * window.Window, Epoch: ep / 2, Seq: 1 << 53}),
+				gossip.Forge(gossip.KindState, "ghost", 1, gossip.Forged{Key: "lease", Window: time.Second,
+					Epoch: gossip.EpochNow(now, time.Second), Seq: 1, Reserved: 1 << 53, TTLms: 1 << 32, Demand: 1}),
+				// 5: node-2's farewell.
+				gossip.Forge(gossip.KindLeave, "node-2", later),
+			}
+			sync(t, a, "lease", bucket, 0, 100)
+			send(t, tt.secret, a.Addr(), forged...)
+			time.Sleep(300 * time.Millisecond) // memberlist hands the packets over
+
+			assert.GreaterOrEqual(t, sync(t, a, "k", window, 0, 0).Used, int64(900), "node-2's counts stand")
+			sync(t, b, "k", window, 50, 1)
+			require.Eventually(t, func() bool { return sync(t, a, "k", window, 0, 0).Used >= 950 }, 5*time.Second, 10*time.Millisecond,
+				"node-2's own updates are heard")
+			require.Eventually(t, func() bool {
+				ga, gb := sync(t, a, "k", window, 0, 1), sync(t, b, "k", window, 0, 1)
+				return ga.Nodes == 2 && ga.Weight+gb.Weight <= 1+1e-9
+			}, 5*time.Second, 10*time.Millisecond, "node-2 spoke after its forged farewell: it holds its share again")
+			start := time.Now()
+			require.Eventually(t, func() bool { return sync(t, a, "lease", bucket, 0, 100).Lease > 0 }, 15*time.Second, 50*time.Millisecond,
+				"the made-up node's lease lapses")
+			t.Logf("the made-up node's lease lapsed %v after it was sent", time.Since(start).Round(100*time.Millisecond))
+			assert.Len(t, a.Members(), 2)
+		})
+	}
+}
+
+// send sends each of msgs to addr as a memberlist user message from a
+// node of its own, holding secret.
+func send(t *testing.T, secret []byte, addr string, msgs ...[]byte) {
+	t.Helper()
+	mc := memberlist.DefaultLANConfig()
+	mc.Name, mc.BindAddr, mc.BindPort = "forger", "127.0.0.1", 0
+	mc.SecretKey = secret
+	mc.Logger = log.New(io.Discard, "", 0)
+	ml, err := memberlist.Create(mc)
+	require.NoError(t, err)
+	defer func() { _ = ml.Shutdown() }()
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	to := &memberlist.Node{Name: "node-1", Addr: net.ParseIP(host), Port: uint16(p)}
+	for _, m := range msgs {
+		require.NoError(t, ml.SendReliable(to, m))
+	}
+}

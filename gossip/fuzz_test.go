@@ -1,0 +1,82 @@
+package gossip
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/zeebo/xxh3"
+
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+// fuzzLimits are the policies FuzzMergeSync syncs its key under.
+var fuzzLimits = []global.Limit{
+	{Algorithm: global.TokenBucket, Limit: 1000, Burst: 100, Window: time.Second},
+	{Algorithm: global.SlidingWindow, Limit: 1000, Window: time.Second},
+}
+
+// fuzzSeed is a state message about key "k" from origin, as a peer
+// would send it at t0, with e's fields.
+func fuzzSeed(kind byte, origin string, inc uint64, e entry) []byte {
+	var w encoder
+	w.header(kind)
+	w.section(origin, inc)
+	w.entry(&e)
+	return append([]byte(nil), w.finish()...)
+}
+
+// FuzzMergeSync drives whatever the decoder accepts through the table
+// end to end: merge, collect garbage, sync, as a node does. Whatever the
+// bytes, nothing panics and every grant is one a limiter can use: the
+// lease in [0, burst], counts and durations not negative, the weight in
+// [0, 1].
+func FuzzMergeSync(f *testing.F) {
+	h := xxh3.HashString("k")
+	ep, _ := epochOf(t0.wall, 1000)
+	good := entry{hash: h, windowMs: 1000, epoch: ep, cur: 10, prev: 5, seq: 3, reserved: 50, ttlMs: 200, demand: 100, weight: weightScale / 2}
+	f.Add(fuzzSeed(kindUpdate, "p", 2, good), uint8(0), uint16(100))
+	zeroSeq := good
+	zeroSeq.seq = 0
+	f.Add(fuzzSeed(kindUpdate, "p", 2, zeroSeq), uint8(1), uint16(100))
+	future := good
+	future.epoch, future.seq, future.reserved, future.ttlMs = 1<<53, math.MaxUint64, 1<<53, 1<<32
+	f.Add(fuzzSeed(kindState, "q", 3, future), uint8(0), uint16(0))
+	f.Add(fuzzSeed(kindLeave, "p", 2, good), uint8(1), uint16(10))
+	f.Fuzz(func(t *testing.T, b []byte, which uint8, demand uint16) {
+		lim := fuzzLimits[int(which)%len(fuzzLimits)]
+		tab := testTable()
+		tab.join("p", "")
+		burst := lim.Burst
+		if lim.Algorithm != global.TokenBucket || burst == 0 {
+			burst = lim.Limit
+		}
+		check := func(g global.Grant) {
+			require.NoError(t, g.Err)
+			require.True(t, g.Lease >= 0 && g.Lease <= burst, "lease %d outside [0, %d]", g.Lease, burst)
+			require.GreaterOrEqual(t, g.Used, int64(0))
+			require.GreaterOrEqual(t, g.Remaining, int64(0))
+			require.GreaterOrEqual(t, g.ResetAfter, time.Duration(0))
+			require.True(t, g.Weight >= 0 && g.Weight <= 1, "weight %v outside [0, 1]", g.Weight)
+			require.GreaterOrEqual(t, g.Nodes, 1)
+		}
+		usage := &global.Usage{Key: "k", Limit: lim, Consumed: 3, Demand: int64(demand)}
+		check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, t0))
+		var m message
+		if m.decode(b) != nil {
+			return
+		}
+		now := t0
+		for range 3 {
+			now = now.add(400 * time.Millisecond)
+			tab.merge(&m, now)
+			tab.gc(now)
+			check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, now))
+			check(tab.sync(usage, 100*time.Millisecond, global.Equal, now))
+		}
+		now = now.add(time.Hour)
+		tab.gc(now)
+		check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, now))
+	})
+}

@@ -1,0 +1,231 @@
+package gossip
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+// Granting: a node's Sync, answered from the table.
+
+// syncAll answers a whole request: a grant per key, and how long this
+// node has been on a split's minority side.
+func (t *table) syncAll(req *global.Request, now instant, split time.Duration) *global.Response {
+	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys)), Partitioned: split}
+	for i := range req.Keys {
+		resp.Grants[i] = t.sync(&req.Keys[i], req.Interval, req.Shares, now)
+	}
+	return resp
+}
+
+// sync records this node's use of one key and grants its next lease.
+// interval is the caller's sync interval.
+func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shares, now instant) global.Grant {
+	lim := u.Limit
+	if err := lim.Validate(); err != nil {
+		return global.Grant{Err: fmt.Errorf("%w: %v", global.ErrInvalid, err)}
+	}
+	k := t.keyFor(xxh3.HashString(u.Key), true)
+	ms := uint64(lim.Window / time.Millisecond)
+	burst := lim.Burst
+	if lim.Algorithm != global.TokenBucket || burst == 0 {
+		burst = lim.Limit
+	}
+	B := float64(burst)
+	perNs := float64(lim.Limit) / float64(lim.Window)
+	ep, frac := epochOf(now.wall, ms)
+
+	own := &k.own
+	if own.windowMs != ms {
+		*own = entry{hash: k.hash, windowMs: ms, epoch: ep, seq: own.seq}
+	}
+	own.roll(ep)
+	l := k.local
+	if l == nil || l.limit != lim {
+		l = &use{limit: lim, levelAt: now.mono, meterAt: now.mono, meter: -1}
+		k.local = l
+		if lim.Algorithm == global.TokenBucket {
+			l.level = B - t.used(k, ms, ep, frac)
+		}
+	}
+	l.usedAt = now.mono
+
+	// What was spent from the last lease was spent in the window it was
+	// granted in: a sliding window's lease lapses at the window's edge.
+	// The rest (spent past the lease, while the fleet was unreachable)
+	// is counted now.
+	consumed := uint64(max(u.Consumed, 0))
+	if fromLease := min(consumed, l.lease); l.leaseEpoch+1 == ep && fromLease > 0 {
+		own.prev += fromLease
+		consumed -= fromLease
+	}
+	own.cur += consumed
+	spent := float64(max(u.Consumed, 0))
+
+	demand := max(u.Demand, 0)
+	rate := uint64(0)
+	if demand > 0 {
+		rate = uint64(math.Ceil(float64(demand) / max(interval.Seconds(), 1e-3)))
+	}
+	w, nodes := t.weight(k, rate, shares, now)
+
+	var lease, remaining int64
+	var used float64
+	var resetAfter time.Duration
+	others := 0.0
+	for i := range k.peers {
+		c := &k.peers[i]
+		if leaseStands(c, now) && (lim.Algorithm == global.TokenBucket || c.e.epoch == ep) {
+			// No live peer holds more than the whole policy.
+			others += min(float64(c.e.reserved), float64(max(burst, lim.Limit)))
+		}
+	}
+	switch lim.Algorithm {
+	case global.TokenBucket:
+		dt := float64(now.mono - l.levelAt)
+		l.level = min(B, l.level+perNs*dt) - spent
+		l.levelAt = now.mono
+		// This node's own meter: its weight's part of the rate and the
+		// burst. It is what bounds a node that cannot hear its peers.
+		capacity := w * B
+		if l.meter < 0 {
+			l.meter = capacity
+		} else {
+			l.meter = min(capacity, l.meter+w*perNs*float64(now.mono-l.meterAt)) - spent
+		}
+		l.meterAt = now.mono
+		free := l.level - others
+		lease = clampLease(demand, l.meter, free)
+		remaining = saturate(free - float64(lease))
+		used = B - l.level
+		resetAfter = time.Duration(saturate((B - l.level) / perNs))
+	case global.SlidingWindow:
+		used = t.used(k, ms, ep, frac)
+		free := float64(lim.Limit) - used - others
+		meter := w*float64(lim.Limit) - own.estimate(ep, frac)
+		lease = clampLease(demand, meter, free)
+		remaining = saturate(free - float64(lease))
+		// A count in the current window lasts until the end of the next;
+		// a lease will be counted in the current window when spent.
+		edge := time.Duration(float64(lim.Window) * (1 - frac))
+		switch {
+		case lease > 0 || t.curCount(k, ms, ep) > 0:
+			resetAfter = edge + lim.Window
+		case used > 0:
+			resetAfter = edge
+		}
+	}
+
+	l.lease, l.leaseEpoch = uint64(lease), ep
+	ttl := 2 * interval
+	own.seq++
+	if !k.dirty {
+		k.dirty = true
+		t.changed = append(t.changed, k)
+	}
+	own.reserved = uint64(lease)
+	own.ttlMs = uint64(min(ttl.Milliseconds(), maxTTLms))
+	own.demand = min(rate, maxCount)
+	own.weight = uint16(math.Round(min(max(w, 0), 1) * weightScale))
+	return global.Grant{
+		Lease:      lease,
+		TTL:        ttl,
+		Used:       saturate(math.Ceil(used - 1e-9)),
+		Remaining:  remaining,
+		Nodes:      nodes,
+		Weight:     w,
+		ResetAfter: max(0, resetAfter),
+	}
+}
+
+// clampLease is the lease: the demand, if the node's share and the
+// fleet's free budget both allow it.
+func clampLease(demand int64, share, free float64) int64 {
+	if demand <= 0 {
+		return 0
+	}
+	g := math.Floor(min(float64(demand), share, free))
+	if g < 1 {
+		return 0
+	}
+	return int64(g)
+}
+
+// used is the fleet's sliding-window count for k over the window ending
+// now, from every node's entry with the same window.
+func (t *table) used(k *key, ms, ep uint64, frac float64) float64 {
+	n := 0.0
+	if k.own.windowMs == ms {
+		n += k.own.estimate(ep, frac)
+	}
+	for i := range k.peers {
+		if e := &k.peers[i].e; e.windowMs == ms {
+			n += e.estimate(ep, frac)
+		}
+	}
+	return n
+}
+
+// curCount is the fleet's count in window ep.
+func (t *table) curCount(k *key, ms, ep uint64) uint64 {
+	n := k.own.countAt(ep)
+	for i := range k.peers {
+		if e := &k.peers[i].e; e.windowMs == ms {
+			n += e.countAt(ep)
+		}
+	}
+	return n
+}
+
+// weight is this node's share of k's budget and the number of nodes the
+// budget is split between. Silent peers keep the weight they last
+// reported; live nodes split the rest: equally, or by demand, max-min
+// fair (a node that wants less than an even split gets what it wants, and
+// the others share what it leaves; if all want less than there is, each
+// gets a part in proportion to its demand).
+func (t *table) weight(k *key, rate uint64, shares global.Shares, now instant) (float64, int) {
+	demands := append(t.scratch[:0], float64(rate))
+	reserved, n := 0.0, 1
+	for i := range k.peers {
+		c := &k.peers[i]
+		switch t.standingOf(c, now) {
+		case live:
+			demands = append(demands, float64(c.e.demand))
+			n++
+		case silent:
+			reserved += float64(c.e.weight) / weightScale
+			n++
+		}
+	}
+	t.scratch = demands
+	if shares == global.Equal {
+		return 1 / float64(n), n
+	}
+	if rate == 0 {
+		return 0, n
+	}
+	avail := max(0, 1-reserved)
+	perSec := float64(k.local.limit.Limit) / k.local.limit.Window.Seconds()
+	capacity := perSec * avail
+	total := 0.0
+	for _, d := range demands {
+		total += d
+	}
+	if total <= capacity {
+		return avail * float64(rate) / total, n
+	}
+	slices.Sort(demands)
+	left := capacity
+	for i, d := range demands {
+		if even := left / float64(len(demands)-i); d > even {
+			return min(float64(rate), even) / perSec, n
+		}
+		left -= d
+	}
+	return float64(rate) / perSec, n
+}

@@ -1,0 +1,173 @@
+package gossip
+
+import (
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+// Merging what the network says. No message carries its sender's
+// identity (memberlist hands NotifyMsg bare bytes, and a push/pull
+// relays every origin's entries), so the table trusts no message to
+// speak for a node; it bounds what any message can do instead:
+//
+//   - State about node X is X's to change. An entry is kept per origin,
+//     incarnation and window: a message naming X under another
+//     incarnation or window adds an entry beside X's own and never
+//     replaces it, so X's own updates go on counting. Within one
+//     incarnation and window, counts only grow (the G-counter) and the
+//     other fields follow the highest sequence number.
+//   - Every field is bounded to what a live peer sends: epochs at most
+//     maxEpochAhead windows past this node's, lease TTLs at most
+//     maxLeaseTTL, leases at most the policy's capacity (in sync), sequence
+//     numbers and counts at most maxCount (in decode).
+//   - A farewell frees X's share only until X is heard from again.
+
+const (
+	// maxEpochAhead is how many windows past this node's current one a
+	// peer's epoch may be: clocks disagree by less than a window or two
+	// in a fleet that limits anything; an entry further ahead is refused
+	// (it would hide the peer's real counts until that window came).
+	maxEpochAhead = 1
+	// maxLeaseTTL bounds how long a peer's lease stands here, whatever it
+	// claims: a node's TTL is two of its sync intervals.
+	maxLeaseTTL = 10 * time.Second
+	// maxEntries bounds the peers' entries the table holds, over all
+	// keys, whatever MaxKeys and MaxPeers allow (their product is 10^8
+	// by default): 2^20 of them took 125 MB of heap (1,024 forged peers
+	// sending 2,000 keys each; 203 MB unbounded). At the bound, an entry for a peer and key not yet held is
+	// refused and counted in Stats.Refused; entries held go on merging,
+	// this node's own keys are always tracked, and room comes back as
+	// windows pass and gc forgets what no longer counts.
+	maxEntries = 1 << 20
+	// maxVariants bounds the entries per peer and key: one per
+	// incarnation and window, of which a live peer has one, or two
+	// across a restart or a change of policy. More are forged, refused.
+	maxVariants = 4
+)
+
+// merge applies a decoded message. An update says its origin is alive
+// (it, or someone naming it, is talking); a state relays what its sender
+// knows; a leave frees its origin's shares until it is heard from again.
+func (t *table) merge(m *message, now instant) {
+	for i := range m.sections {
+		s := &m.sections[i]
+		p := t.peerFor(s.name)
+		if p == nil {
+			t.dropped += uint64(len(s.entries))
+			continue
+		}
+		if p == t.self {
+			continue // our own entries, relayed back: we know better
+		}
+		switch m.kind {
+		case kindUpdate:
+			p.heard = now.mono
+		case kindLeave:
+			// Whether it is a member is memberlist's to say, not a
+			// message's: a forged farewell frees the node's share until
+			// it next speaks, but does not cut this node off its fleet.
+			// Whichever incarnation it names: a farewell from an earlier
+			// run, arriving late, is undone by the next update.
+			p.left = true
+		}
+		news := false
+		for j := range s.entries {
+			news = t.mergeEntry(p, s.inc, &s.entries[j], now) || news
+		}
+		// An update newer than anything heard before says its origin is
+		// still here, whatever a farewell said (a forged one, or one from
+		// an earlier run). A copy of an update sent before a real
+		// farewell, still being gossiped, is not news.
+		if news && m.kind == kindUpdate {
+			p.left = false
+		}
+	}
+}
+
+// mergeEntry merges one peer's entry for one key, and takes what the peer
+// newly consumed out of this node's reconstruction of the key's bucket.
+// It reports whether e was newer (a higher sequence number) than what the
+// table held.
+func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
+	if ep, _ := epochOf(now.wall, e.windowMs); e.epoch > ep+maxEpochAhead {
+		t.dropped++
+		return false
+	}
+	k := t.keyFor(e.hash, false)
+	if k == nil {
+		t.dropped++
+		return false
+	}
+	var c *count
+	variants := 0
+	for i := range k.peers {
+		if q := &k.peers[i]; q.p == p {
+			if q.inc == inc && q.e.windowMs == e.windowMs {
+				c = q
+				break
+			}
+			variants++
+		}
+	}
+	if c == nil {
+		if variants >= maxVariants || t.entries >= t.maxEntries {
+			t.dropped++
+			return false
+		}
+		t.entries++
+		k.peers = append(k.peers, count{p: p, inc: inc, e: entry{hash: e.hash, windowMs: e.windowMs}})
+		c = &k.peers[len(k.peers)-1]
+		p.counts++
+	}
+	old := c.e
+	// The G-counter: per window, the larger count wins.
+	ep := max(old.epoch, e.epoch)
+	cur := max(old.countAt(ep), e.countAt(ep))
+	prev := max(old.countAt(ep-1), e.countAt(ep-1))
+	delta := (cur - old.countAt(ep)) + (prev - old.countAt(ep-1))
+	next := old
+	newer := e.seq > old.seq
+	if newer {
+		next = *e
+		next.ttlMs = min(next.ttlMs, uint64(maxLeaseTTL/time.Millisecond))
+		c.recvAt = now.mono
+	}
+	next.epoch, next.cur, next.prev = ep, cur, prev
+	if next == c.e {
+		return newer
+	}
+	c.e = next
+	if u := k.local; u != nil && u.limit.Algorithm == global.TokenBucket && delta > 0 {
+		u.level -= float64(delta)
+	}
+	return newer
+}
+
+// join and leave record membership events.
+func (t *table) join(name, addr string) {
+	p := t.peerFor([]byte(name))
+	if p == nil || p == t.self {
+		return
+	}
+	p.alive, p.left, p.addr = true, false, addr
+}
+
+func (t *table) leave(name string, now instant) {
+	p := t.peers[name]
+	if p == nil || p == t.self {
+		return
+	}
+	p.alive, p.downAt = false, now.mono
+}
+
+// saturate is f as an int64, MaxInt64 past it, and 0 below 0 or NaN.
+func saturate(f float64) int64 {
+	switch {
+	case !(f > 0):
+		return 0
+	case f >= 1<<63:
+		return 1<<63 - 1
+	}
+	return int64(f)
+}
