@@ -2,6 +2,8 @@ package gossip
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +35,8 @@ import (
 type Gossip struct {
 	cfg   Config
 	clk   clock.Clock
+	wall0 int64 // the wall clock at New, Unix nanoseconds, read with mono0
+	mono0 int64 // the monotonic clock at New
 	ml    *memberlist.Memberlist
 	queue *memberlist.TransmitLimitedQueue
 	nodes atomic.Int64 // live members, self included, kept by the event delegate
@@ -96,7 +100,8 @@ func New(cfg Config) (*Gossip, error) {
 
 		members: make(map[string]memberlist.Node),
 	}
-	g.core = newCore(&cfg, uint64(max(cfg.Clock.Now().UnixNano(), 1)))
+	g.wall0, g.mono0 = cfg.Clock.Now().UnixNano(), cfg.Clock.Nanotime()
+	g.core = newCore(&cfg, incarnation())
 	g.nodes.Store(1)
 	g.every.Store(int64(100 * time.Millisecond))
 	g.queue = &memberlist.TransmitLimitedQueue{
@@ -283,8 +288,24 @@ func (g *Gossip) lock() {
 	}
 }
 
+// now is the node's time. Its wall time, which places it in the fleet's
+// windows, is the wall clock at New moved on by the monotonic clock since:
+// a wall clock stepped later (by hand, by a bad NTP step) moves no window
+// of this node's, so what it spent stays counted in the window it was
+// spent in. Peers' windows are bounded against it (maxEpochAhead).
 func (g *Gossip) now() instant {
-	return instant{mono: g.clk.Nanotime(), wall: g.clk.Now().UnixNano()}
+	mono := g.clk.Nanotime()
+	return instant{mono: mono, wall: g.wall0 + (mono - g.mono0)}
+}
+
+// incarnation tells this run of a node from its earlier ones: random, not
+// the start time, so that a node restarted with its clock behind is not
+// taken for an older run of itself. Entries are kept per incarnation, so
+// it need only differ, not grow.
+func incarnation() uint64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:])                             // never fails (crypto/rand's contract since Go 1.24)
+	return max(binary.LittleEndian.Uint64(b[:])>>11, 1) // under 2^53, as decode takes
 }
 
 // budget is how many single-key updates memberlist's gossip can carry

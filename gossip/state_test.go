@@ -202,3 +202,15 @@ func TestSplit(t *testing.T) {
 	assert.Zero(t, tab.view(t0.add(6*time.Second)).split, "a and b left gracefully: 2 of 3")
 	assert.Zero(t, tab.view(t0.add(DefaultGrace*11)).split, "c forgotten")
 }
+
+// TestRestartedWithClockBehind: a node restarted with its clock behind
+// its last run's, under an incarnation lower than before, is counted.
+// Before, incarnations were start times and a lower one was taken for an
+// older run: its peers ignored it, and what it spent (900) read as 0.
+func TestRestartedWithClockBehind(t *testing.T) {
+	t.Parallel()
+	tab := testTable()
+	tab.merge(updateFrom("p", 100, peerEntry("k", t0, 0, 1)), t0)
+	tab.merge(updateFrom("p", 50, peerEntry("k", t0, 900, 1)), t0) // the new run
+	assert.Equal(t, int64(900), grant(t, tab, "k", 0, 0, t0).Used)
+}
