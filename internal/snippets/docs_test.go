@@ -17,7 +17,7 @@ func docsGossip(key []byte, policies []hybrid.Policy) error {
 	g, err := gossip.New(gossip.Config{
 		Name:      "api-7",                   // unique in the fleet; default host name + random suffix
 		BindPort:  7946,                      // 0 picks a free port; g.Addr() reports it
-		Seeds:     []string{"10.0.0.5:7946"}, // any members; re-joined every RejoinInterval
+		Seeds:     []string{"10.0.0.5:7946"}, // any members, or a DNS name for many; re-resolved every RejoinInterval
 		SecretKey: key,                       // 16, 24 or 32 bytes: AES-GCM on every packet and stream
 		Label:     "prod-api",                // a node with another label is refused
 	})
