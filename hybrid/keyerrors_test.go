@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +186,28 @@ func TestStartWithoutRedis(t *testing.T) {
 	d, err := l.Allow("k")
 	require.NoError(t, err)
 	assert.False(t, d.Degraded())
+}
+
+// TestFailingKeyForgotten checks that a key the fleet has answered with
+// an error from its first sync is forgotten once idle, as any key is,
+// rather than held (and counted failing) for good.
+func TestFailingKeyForgotten(t *testing.T) {
+	t.Parallel()
+	s := syncFunc(func(_ context.Context, req *global.Request) (*global.Response, error) {
+		resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+		for i := range req.Keys {
+			resp.Grants[i].Err = fmt.Errorf("%w: WRONGTYPE", global.ErrInvalid)
+		}
+		return resp, nil
+	})
+	l, clk := manual(t, hybrid.Config{Syncer: s, IdleTimeout: time.Second,
+		Policies: []hybrid.Policy{{Name: "p", Limit: 100, Window: time.Second}}})
+	_, err := l.Allow("k")
+	require.NoError(t, err)
+	for range 40 {
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(context.Background()))
+	}
+	assert.Zero(t, l.Len(), "idle for 3 s, with windows of 1 s")
+	assert.Zero(t, l.Health().FailingKeys)
 }

@@ -345,6 +345,11 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	if g.Err != nil {
 		if !errors.Is(g.Err, errUnsettled) {
 			l.keyFailed(k, g.Err) // past what it holds, the FailMode decides
+			if !closing && k.idle && k.spent() == m.s0 && k.allReported(len(l.fleets), m.s0) {
+				// Idle, and what it spent too old to report: a key
+				// the fleet never answered is forgotten like any other.
+				l.forget(k)
+			}
 		}
 		return
 	}
