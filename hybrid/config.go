@@ -330,24 +330,25 @@ func (c Config) withDefaults() (Config, error) {
 	case c.MaxKeys < 0:
 		return c, fmt.Errorf("hybrid: Config.MaxKeys is %d; it must be positive (or 0 for the default %d)", c.MaxKeys, DefaultMaxKeys)
 	}
-	switch {
-	case c.MaxKeyLen < 0:
+	if c.MaxKeyLen < 0 {
 		return c, fmt.Errorf("hybrid: Config.MaxKeyLen is %d; it must be positive (or 0 for the default %d)", c.MaxKeyLen, DefaultMaxKeyLen)
-	case c.MaxKeyLen == 0:
+	}
+	// The default is lowered to what the fleet takes; a length set by
+	// hand the fleet would refuse is an error.
+	defaulted := c.MaxKeyLen == 0
+	if defaulted {
 		c.MaxKeyLen = DefaultMaxKeyLen
-		for _, s := range []global.Syncer{c.Syncer, c.Failover} {
-			if m, ok := s.(keyLenLimiter); ok && !isNil(s) {
-				c.MaxKeyLen = min(c.MaxKeyLen, m.MaxKeyLen())
-			}
-		}
 	}
 	for _, f := range []struct {
 		name string
 		s    global.Syncer
 	}{{"Syncer", c.Syncer}, {"Failover", c.Failover}} {
-		if m, ok := f.s.(keyLenLimiter); ok && !isNil(f.s) && c.MaxKeyLen > m.MaxKeyLen() {
-			// A key the fleet refuses would follow the FailMode for
-			// good: refuse the mismatch here instead.
+		m, ok := f.s.(keyLenLimiter)
+		switch {
+		case !ok || isNil(f.s) || c.MaxKeyLen <= m.MaxKeyLen():
+		case defaulted:
+			c.MaxKeyLen = m.MaxKeyLen()
+		default:
 			return c, fmt.Errorf("hybrid: Config.MaxKeyLen is %d but Config.%s takes keys of at most %d bytes; lower MaxKeyLen or raise the fleet's", c.MaxKeyLen, f.name, m.MaxKeyLen())
 		}
 	}

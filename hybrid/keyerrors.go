@@ -32,7 +32,7 @@ func (l *Limiter) keyFailed(k *keyState, err error) {
 			l.keyForgotten(k)
 			return
 		}
-		l.cfg.Logger.Warn("hybridlimit: the fleet cannot answer a key; it follows its FailMode",
+		l.cfg.Logger.Warn("hybridlimit: a key cannot be decided as its policy says; it follows its FailMode",
 			slog.String("policy", k.pol.Name), slog.String("fail_mode", k.pol.OnUnreachable.String()),
 			slog.Any("error", err))
 	}

@@ -45,6 +45,7 @@ type keyState struct {
 	early   atomic.Bool   // an early sync has been asked for
 	retired atomic.Bool   // forgotten: callers must look the key up again
 	failing atomic.Bool   // the fleet's last answer for the key was an error: past the lease, the FailMode decides
+	extra   atomic.Int64  // spent outside the lease (degraded admissions), in full
 	low     atomic.Int64  // allowance below which an early sync is asked for; 0 for none
 	until   atomic.Int64  // when the lease stops being spendable: a sliding window's edge
 
@@ -64,8 +65,6 @@ type keyState struct {
 	pol *policy
 
 	// Sync loop state.
-	extra atomic.Int64 // spent outside the lease: degraded admissions
-
 	reported   [2]int64     // spent as of the last report each fleet took
 	folded     uint32       // what merged-back stripes spent, wrapping
 	wordSeen   uint32       // the words' spent (wrapping) at the last extend

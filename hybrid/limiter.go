@@ -511,7 +511,7 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 // cannot be tracked now may be once keys are forgotten, at the next sync;
 // any other key never can be.
 func (l *Limiter) errDecision(err error) Decision {
-	if errors.Is(err, ErrTooManyKeys) {
+	if errors.Is(err, ErrTooManyKeys) || errors.Is(err, local.ErrTooManyKeys) {
 		return refusedDecision(l.cfg.Interval)
 	}
 	return refusedDecision(Never)

@@ -101,17 +101,16 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 	if err != nil {
 		return // charged again next time: too much, at worst, never too little
 	}
-	failed := make(map[int]error)
+	// A key is charged when all of its charges (its shards') were.
 	for j, e := range errs {
-		if e != nil {
-			failed[s.chargeOf[j]] = e
+		if i := s.chargeOf[j]; e != nil && s.spentAt[i] >= 0 {
+			l.keyFailed(owed[i], e) // charged again next time, until too old to count
+			s.spentAt[i] = -1
 		}
 	}
 	for i, k := range owed {
-		if e, bad := failed[i]; bad {
-			l.keyFailed(k, e) // charged again next time, until too old to count
-			continue
+		if s.spentAt[i] >= 0 {
+			k.reported[0] = s.spentAt[i]
 		}
-		k.reported[0] = s.spentAt[i]
 	}
 }
