@@ -97,6 +97,7 @@ type Limiter struct {
 	byName   map[string]*policy
 	strict   StrictDecider
 	charger  StrictCharger       // nil: Strict admissions without the store are not charged to it
+	strictP  *policy             // a Strict policy, whose limit probes the store; nil if none
 	dir      ShardDirectory      // nil: Strict keys are not sharded
 	ldir     LeaseShardDirectory // nil: Hybrid keys never lease from shards
 
@@ -188,6 +189,12 @@ func New(cfg Config) (*Limiter, error) {
 				l.hot = sketch.NewDetector(64, 16, cfg.HotKeyRate)
 				break
 			}
+		}
+	}
+	for _, p := range l.policies {
+		if p.Mode == Strict && l.strict != nil {
+			l.strictP = p
+			break
 		}
 	}
 	sort.SliceStable(l.policies, func(i, j int) bool { return len(l.policies[i].Prefix) > len(l.policies[j].Prefix) })
@@ -361,16 +368,13 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 	}
 	f := l.fleets[0]
 	if !f.closed.Load() || l.closed.Load() {
-		// The breaker is open: a dead store is not waited on, but for
-		// one probe a cool-down, which may be this decision, so that a
-		// Limiter with nothing else to probe with finds the store back.
-		// A closed Limiter calls it no more.
+		// The breaker is open: a dead store is not waited on; the sync
+		// loop probes it (chargeStrict). A closed Limiter calls it no
+		// more.
 		if now == noTime {
 			now = l.now()
 		}
-		if l.closed.Load() || !f.allow(l.wall(now), true) {
-			return l.failed(k, now, n), nil
-		}
+		return l.failed(k, now, n), nil
 	}
 	if l.hot != nil {
 		l.hot.Observe(k.key)

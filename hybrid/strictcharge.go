@@ -34,7 +34,9 @@ var _ StrictCharger = (*global.Redis)(nil)
 // The sync loop is also what probes a Strict store's breaker: a Strict
 // decision is not sent to a store whose breaker is open, and a Limiter
 // with no Hybrid key has no lease sync to probe with, so the charges are
-// the probe, or, with nothing owed, a decision of cost 0 on a Strict key.
+// the probe, or, with nothing owed, a decision of cost 0 on a Strict key
+// (the empty key if none is tracked). A request never waits on a store
+// whose breaker is open.
 
 // owes reports whether a Strict key has admissions not yet charged.
 // Sync loop only.
@@ -42,7 +44,7 @@ func (k *keyState) owes() bool { return k.extra.Load() != k.reported[0] }
 
 // chargeStrict charges the Strict keys in owed with what they admitted
 // without the store, and probes the store's breaker with probe (a Strict
-// key) if no lease sync will. syncMu is held.
+// key, or nil) if no lease sync will. syncMu is held.
 func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState, probe *keyState, synced bool) {
 	if l.strict == nil {
 		return
@@ -51,7 +53,7 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 		k.forgetStale(0) // collect rolled its marks
 	}
 	f := l.fleets[0]
-	if len(owed) == 0 && (synced || probe == nil || f.closed.Load()) {
+	if len(owed) == 0 && (synced || l.strictP == nil || f.closed.Load()) {
 		return
 	}
 	if !f.allow(l.wall(now), true) {
@@ -59,8 +61,12 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 	}
 	sent := l.wall(l.now())
 	if len(owed) == 0 {
+		key, limit := "", l.strictP.limit
+		if probe != nil {
+			key, limit = probe.key, probe.pol.limit
+		}
 		cctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
-		_, err := l.strict.Allow(cctx, probe.key, probe.pol.limit, 0)
+		_, err := l.strict.Allow(cctx, key, limit, 0)
 		cancel()
 		f.result(sent, err)
 		return
