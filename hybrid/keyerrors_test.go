@@ -58,17 +58,7 @@ func TestKeyErrorFollowsFailMode(t *testing.T) {
 	require.Error(t, h.KeyError)
 	assert.Contains(t, h.KeyError.Error(), "WRONGTYPE")
 
-	count := func(key string) (admitted int, degraded bool) {
-		for range 500 {
-			d, err := l.Allow(key)
-			require.NoError(t, err)
-			if d.Allowed() {
-				admitted++
-			}
-			degraded = degraded || d.Degraded()
-		}
-		return admitted, degraded
-	}
+	count := func(key string) (int, bool) { return offerN(t, l, key, 500) }
 	n, deg := count("open:k")
 	assert.Equal(t, 500, n, "FailOpen admits")
 	assert.True(t, deg)

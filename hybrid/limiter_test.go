@@ -108,6 +108,21 @@ func stepped(t *testing.T, s global.Syncer, shares global.Shares, policies ...hy
 	return manual(t, hybrid.Config{Syncer: s, Shares: shares, Policies: policies})
 }
 
+// offerN offers key n requests one by one and returns how many were
+// admitted and whether the last decision was Degraded.
+func offerN(t *testing.T, l *hybrid.Limiter, key string, n int) (admitted int, degraded bool) {
+	t.Helper()
+	for range n {
+		d, err := l.Allow(key)
+		require.NoError(t, err)
+		if d.Allowed() {
+			admitted++
+		}
+		degraded = d.Degraded()
+	}
+	return admitted, degraded
+}
+
 func admit(t *testing.T, l *hybrid.Limiter, key string, n int) int {
 	t.Helper()
 	ok := 0

@@ -44,17 +44,7 @@ func TestStrictOutageCharged(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, l.SyncOnce(ctx))
 
-			count := func() (admitted int, degraded bool) {
-				for range 150 {
-					d, err := l.Allow("s:k")
-					require.NoError(t, err)
-					if d.Allowed() {
-						admitted++
-					}
-					degraded = d.Degraded()
-				}
-				return admitted, degraded
-			}
+			count := func() (int, bool) { return offerN(t, l, "s:k", 150) }
 			srv.Kill()
 			during, degraded := count()
 			assert.True(t, degraded, "Redis is down")

@@ -39,17 +39,7 @@ func TestShardedStrictOutageCharged(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
-	count := func() (admitted int, degraded bool) {
-		for range 150 {
-			d, err := l.Allow(key)
-			require.NoError(t, err)
-			if d.Allowed() {
-				admitted++
-			}
-			degraded = d.Degraded()
-		}
-		return admitted, degraded
-	}
+	count := func() (int, bool) { return offerN(t, l, key, 150) }
 	d, err := l.Allow(key) // on the shards
 	require.NoError(t, err)
 	require.True(t, d.Allowed())
