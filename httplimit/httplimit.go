@@ -10,6 +10,7 @@
 package httplimit
 
 import (
+	"cmp"
 	"fmt"
 	"log"
 	"math"
@@ -195,16 +196,22 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 			prefixes = append(prefixes, other.Prefix)
 		}
 		h.limits[i].foreign = foreign(prefixes, l.Prefix)
+		if l.HashKeys {
+			// A client cannot choose a digest, but one in 64 would
+			// start with a one-letter Prefix by chance and be decided
+			// elsewhere: refuse such a Prefix here, not the client.
+			for _, f := range h.limits[i].foreign {
+				if strings.Trim(f, base64URL) == "" {
+					return nil, fmt.Errorf("httplimit: Config.Limits[%d] (%q): HashKeys is set, and a hashed key may start with %q, which another policy or Limit takes: give the Limit a Prefix that ends in a character outside base64url, such as ':'", i, l.Name, l.Prefix+f)
+				}
+			}
+		}
 	}
 	if h.cfg.OnError == nil {
-		logger := cfg.ErrorLog
+		logger := cmp.Or(cfg.ErrorLog, log.Default())
 		h.cfg.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
 			if WriteError(w, r, err) >= 500 {
-				if logger != nil {
-					logger.Print(err)
-				} else {
-					log.Print(err)
-				}
+				logger.Print(err)
 			}
 		}
 	}

@@ -28,6 +28,9 @@ func ContextValue(key any) KeyFunc {
 	}
 }
 
+// base64URL is the alphabet of a hashed key.
+const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
 // hashLen is the length of a hashed key: 16 bytes in unpadded base64url.
 const hashLen = 22
 

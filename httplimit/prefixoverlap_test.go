@@ -74,3 +74,26 @@ func TestKeyErrorUndoesEarlierLimits(t *testing.T) {
 	assert.Equal(t, http.StatusOK, do("2"))
 	assert.Equal(t, http.StatusTooManyRequests, do("3"))
 }
+
+// TestHashKeysPrefixReachable: a hashed key is a base64url digest after
+// the Limit's Prefix, so with Prefix "" beside a policy "u", one key in
+// 64 would be decided by that policy. New refuses the configuration;
+// with a Prefix ending in ':' a digest reaches no other policy.
+func TestHashKeysPrefixReachable(t *testing.T) {
+	t.Parallel()
+	lim := localLimiter(t,
+		hybrid.Policy{Name: "all", Limit: 2, Window: time.Hour},
+		hybrid.Policy{Name: "users", Prefix: "u", Limit: 2, Window: time.Hour})
+	_, err := httplimit.New(httplimit.Config{Limiter: lim, Limits: []httplimit.Limit{
+		{Name: "all", Key: httplimit.Header("X-API-Key"), HashKeys: true},
+	}})
+	require.ErrorContains(t, err, `a hashed key may start with "u"`)
+	lim = localLimiter(t,
+		hybrid.Policy{Name: "all", Limit: 2, Window: time.Hour},
+		hybrid.Policy{Name: "keys", Prefix: "key:", Limit: 2, Window: time.Hour},
+		hybrid.Policy{Name: "ips", Prefix: "ip:", Limit: 2, Window: time.Hour})
+	_, err = httplimit.New(httplimit.Config{Limiter: lim, Limits: []httplimit.Limit{
+		{Name: "keys", Key: httplimit.Header("X-API-Key"), HashKeys: true},
+	}})
+	require.NoError(t, err)
+}
