@@ -305,7 +305,9 @@ func (g *Gossip) now() instant {
 func incarnation() uint64 {
 	var b [8]byte
 	_, _ = crand.Read(b[:])                             // never fails (crypto/rand's contract since Go 1.24)
-	return max(binary.LittleEndian.Uint64(b[:])>>11, 1) // under 2^53, as decode takes
+	// Under 2^53, so it survives a float64 (JSON); decode takes any
+	// nonzero value, as a node of an older version sent its start time.
+	return max(binary.LittleEndian.Uint64(b[:])>>11, 1)
 }
 
 // budget is how many single-key updates memberlist's gossip can carry

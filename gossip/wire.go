@@ -17,7 +17,7 @@ import (
 //	then, per origin:
 //	  nameLen     uvarint  1..255
 //	  name        nameLen bytes: the origin node's memberlist name
-//	  incarnation uvarint  when the origin started, in Unix nanoseconds; not 0
+//	  incarnation uvarint  tells a run of the origin from its others: random; not 0
 //	  count       uvarint  number of entries
 //	  then, per entry:
 //	    hash      8 bytes, little endian: xxh3 of the key
