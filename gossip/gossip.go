@@ -304,7 +304,7 @@ func (g *Gossip) now() instant {
 // it need only differ, not grow.
 func incarnation() uint64 {
 	var b [8]byte
-	_, _ = crand.Read(b[:])                             // never fails (crypto/rand's contract since Go 1.24)
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand's contract since Go 1.24)
 	// Under 2^53, so it survives a float64 (JSON); decode takes any
 	// nonzero value, as a node of an older version sent its start time.
 	return max(binary.LittleEndian.Uint64(b[:])>>11, 1)
