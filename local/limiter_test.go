@@ -211,8 +211,10 @@ func TestSeedBurst(t *testing.T) {
 func TestKeyTooLong(t *testing.T) {
 	t.Parallel()
 	l, _ := newManual(t, local.Config{Limit: 1, Window: time.Second, MaxKeyLen: 8})
-	_, err := l.Allow("123456789")
+	res, err := l.Allow("123456789")
 	require.ErrorIs(t, err, local.ErrKeyTooLong)
+	assert.False(t, res.Allowed(), "a Result that comes with an error refuses")
+	assert.Equal(t, local.Never, res.RetryAfter)
 	assert.Zero(t, l.Len(), "a refused key must not be stored")
 	require.ErrorIs(t, l.SetLimit("123456789", 5, 5), local.ErrKeyTooLong)
 	r, err := l.Allow("12345678")
