@@ -106,7 +106,7 @@ func TestCluster(t *testing.T) {
 		require.NoError(t, err)
 		for _, g := range resp.Grants {
 			require.NoError(t, g.Err)
-			assert.Equal(t, int64(5), g.Lease)
+			assert.GreaterOrEqual(t, g.Lease, int64(5), "the demand, or more: slack")
 		}
 		trips := counter.reset()
 		assert.Len(t, trips, 3, "every master is reached")

@@ -8,11 +8,21 @@ import (
 
 // The scripts check every value they read back from Redis (storedNum),
 // and their replies are checked again here against what a sane store
-// could answer the call: a lease within the burst and the demand, a
+// could answer the call: a lease within the burst (none without demand), a
 // shard count from 2 to MaxShards, nothing negative that counts or
 // lasts. A reply outside that (a script of another version, a store
 // that lies, nan read back as an integer) fails its key with
 // ErrCorrupt, and is never handed to the caller.
+
+// leaseBound is the most a sane store leases for u: nothing when the
+// node demands nothing, else up to the burst (a lease may exceed the
+// demand by the node's part of what is free).
+func leaseBound(u *Usage) int64 {
+	if u.Demand <= 0 {
+		return 0
+	}
+	return min(u.Limit.burst(), MaxLimit)
+}
 
 // bound is one number of a reply and the range a sane store keeps it in.
 type bound struct {
@@ -45,7 +55,7 @@ func (r *Redis) grantOf(u Usage, v []int64) (Grant, error) {
 		return Grant{Shards: int(v[8]), ShardedFor: durationOf(v[9])}, err
 	}
 	err := r.check(key,
-		bound{"a lease", v[0], 0, min(u.Limit.burst(), u.Demand, MaxLimit)},
+		bound{"a lease", v[0], 0, leaseBound(&u)},
 		bound{"a lease TTL µs", v[1], 0, math.MaxInt64},
 		bound{"used", v[2], 0, math.MaxInt64},
 		bound{"remaining", v[3], 0, u.Limit.burst()},

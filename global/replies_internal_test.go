@@ -30,7 +30,7 @@ func TestRepliesChecked(t *testing.T) {
 		v    int64
 	}{
 		{"negative lease", 0, -1},
-		{"lease above the demand", 0, 51},
+		{"lease above the burst", 0, 101},
 		{"negative ttl", 1, -1},
 		{"negative used", 2, -5},
 		{"remaining above the burst", 3, 101},

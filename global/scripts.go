@@ -25,8 +25,8 @@ import (
 //	s:<node>          when the node last synced
 //
 // A node not seen for stale microseconds stops counting as active; its
-// fields are deleted and its lease, if unspent, is simply gone (the bucket
-// refills regardless).
+// fields are deleted a while later (see leaseCommon), and its lease, if
+// unspent, is simply gone (the bucket refills regardless).
 
 // storedNum starts every script that reads state: values read back from
 // Redis are not trusted. A hash field or string a script never wrote,
@@ -72,28 +72,36 @@ end
 `
 
 // leaseCommon is shared by both lease scripts: it reads the node fields,
-// computes the active nodes and total demand, and forgets stale nodes.
+// computes the active nodes, their total demand and (token bucket) their
+// live leases. A node not heard from for stale µs stops counting as
+// active; its fields are kept for keep µs more (a window, at most 100
+// intervals), so that a node back from a partition settles the lease it
+// held instead of having it charged twice, and then forgotten.
 // It follows storedNum.
 const leaseCommon = `
-local function nodes(key, node, now, stale, demand)
+local function nodes(key, node, now, stale, keep, demand, horizon)
   local all = redis.call('HGETALL', key)
   local h = {}
   for i = 1, #all, 2 do h[all[i]] = all[i + 1] end
-  local total, count = demand, 1
+  local total, count, out = demand, 1, 0
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
       local n = string.sub(f, 3)
       if n ~= node then
-        if now - stored(v, f, 0) > stale then
+        local age = now - stored(v, f, 0)
+        if age > keep then
           redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n)
-        else
+        elseif age <= stale then
           count = count + 1
           total = total + (stored(h['d:' .. n], 'd:' .. n, 0) or 0)
+          if horizon and (stored(h['g:' .. n], 'g:' .. n, 0) or 0) >= horizon then
+            out = out + (stored(h['l:' .. n], 'l:' .. n, 0) or 0)
+          end
         end
       end
     end
   end
-  return total, count
+  return total, count, out
 end
 
 -- share is this node's weight: an equal part of the active nodes when
@@ -105,13 +113,20 @@ local function share(demand, total, count, equal)
 end
 
 -- grantFrom leases what the node demands, up to its weight's part of the
--- capacity (so no node starves the others), never more than is available,
--- and at least one token when anything is wanted and available.
-local function grantFrom(avail, demand, weight, capacity)
+-- capacity (so no node starves the others), and at least its equal part
+-- of what is free (so that, while the key is well under its limit, every
+-- active node holds enough to absorb a burst; this part shrinks as the
+-- key nears its limit) up to most, what the limit refills in two
+-- intervals (a node that vanishes takes its lease with it); never more
+-- than is available, and at least one token when anything is wanted and
+-- available.
+local function grantFrom(avail, demand, weight, capacity, count, most)
   if avail < 1 or demand <= 0 then return 0 end
   local g = math.ceil(capacity * weight)
   if g < 1 then g = 1 end
   if g > demand then g = demand end
+  local slack = math.min(math.floor(avail / count), most)
+  if g < slack then g = slack end
   if g > avail then g = math.floor(avail) end
   return g
 end
@@ -196,9 +211,14 @@ else
   tokens = tokens - (consumed - prev)
 end
 
-local total, count = nodes(key, node, now, stale, demand)
+-- Tokens out on other nodes' live leases are not in the bucket, but
+-- will be spent or come back: the bucket refills only to what the burst
+-- leaves beside them, or a fleet idle for a while would hold a full
+-- bucket and its outstanding leases at once.
+local total, count, out = nodes(key, node, now, stale, stale + math.min(window, 100 * interval), demand, now - 2 * interval)
+tokens = math.min(tokens, burst - out)
 local weight = share(demand, total, count, equal)
-local lease = grantFrom(tokens, demand, weight, burst)
+local lease = grantFrom(tokens, demand, weight, burst, count, math.ceil(limit * math.min(1, 2 * interval / window)))
 tokens = clampN(tokens - lease)
 
 redis.call('HSET', key, 'tokens', tokens, 'ts', now,
@@ -244,9 +264,9 @@ local est = estimate(cur, prevc, window, elapsed)
 local avail = limit - est
 if avail < 0 then avail = 0 end
 
-local total, count = nodes(key, node, now, stale, demand)
+local total, count = nodes(key, node, now, stale, stale + math.min(window, 100 * interval), demand, nil)
 local weight = share(demand, total, count, equal)
-local lease = grantFrom(avail, demand, weight, limit)
+local lease = grantFrom(avail, demand, weight, limit, count, math.ceil(limit * math.min(1, 2 * interval / window)))
 cur = clampN(cur + lease)
 
 redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prevc,
@@ -476,12 +496,13 @@ return {used}
 // least n, as chargeGCRA and chargeSlidingWindow do for strict state:
 // charging twice charges once. ARGV as leaseNow, then ttl_ms, the least
 // the state should live, and stale_us: nodes not seen for that long are
-// forgotten first, as the lease scripts forget them (0: none), so that
-// a node that comes back reports against no lease. Returns {1}.
+// forgotten first (0: none), sooner than the lease scripts forget them,
+// so that a node that comes back reports against no lease: the charge
+// counts their leases as spent. Returns {1}.
 var chargeLease = redis.NewScript(storedNum + leaseCommon + leaseNow + `
 local stale = tonumber(ARGV[7])
 if stale > 0 then
-  nodes(KEYS[1], '', now, stale, 0) -- forgets them, as a lease script does
+  nodes(KEYS[1], '', now, stale, stale, 0, nil) -- forgets them at once
 end
 local cap = burst
 if sw then cap = limit end

@@ -164,8 +164,10 @@ type Usage struct {
 	// counts up to MaxLimit.
 	Consumed int64
 	// Demand is how many requests the node expects to see for the key
-	// over the next interval; the Syncer leases up to this much. It
-	// counts up to MaxLimit.
+	// over the next interval. The Syncer leases up to this much, or more
+	// while the key is well under its limit: its part of what the fleet
+	// has free, so a burst finds room. A Demand of zero leases nothing.
+	// It counts up to MaxLimit.
 	Demand int64
 }
 

@@ -192,10 +192,14 @@ type Config struct {
 	Ladder partition.LadderConfig
 
 	// FleetSize is how many nodes this node assumes share each quota when
-	// it must decide alone and no grant has told it better, as a Strict
+	// no grant has told it better: when it must decide alone, as a Strict
 	// policy must when the fleet is unreachable and no Hybrid key ever
-	// synced. Default 1: the whole quota, which a fleet of Strict-only
-	// nodes multiplies during an outage; set it to the fleet's size.
+	// synced, and for a new Hybrid key's starter credit, the capacity
+	// over the fleet's size, which the node may spend before the key's
+	// first sync returns. Default 1 for deciding alone: the whole quota,
+	// which a fleet of Strict-only nodes multiplies during an outage; and
+	// unset for starters, which are then a token or two until some grant
+	// tells the fleet's size. Set it to the fleet's size.
 	FleetSize int
 
 	// Interval is how often the node syncs with the fleet, give or take a

@@ -111,7 +111,7 @@ type Limiter struct {
 	degraded  atomic.Bool   // the last sync reached no fleet: decisions past the lease follow the FailMode
 	factor    atomic.Uint64 // the ladder's factor in force, as float64 bits
 	nextSync  atomic.Int64  // when the next regular sync is due
-	nodesHint atomic.Int64  // the most active nodes any grant reported, or FleetSize
+	nodesHint atomic.Int64  // the most active nodes any grant reported, or FleetSize if set; 0 if neither
 
 	early  chan *keyState // keys whose lease runs low
 	cancel context.CancelFunc
@@ -131,6 +131,7 @@ type Limiter struct {
 // that is out of range. Unless cfg.ManualSync is set, it starts the sync
 // loop; Close stops it.
 func New(cfg Config) (*Limiter, error) {
+	sized := cfg.FleetSize > 0
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -147,7 +148,9 @@ func New(cfg Config) (*Limiter, error) {
 	if l.strict != nil {
 		l.charger, _ = cfg.Syncer.(StrictCharger)
 	}
-	l.nodesHint.Store(int64(cfg.FleetSize))
+	if sized {
+		l.nodesHint.Store(int64(cfg.FleetSize))
+	}
 	l.ladder, _ = partition.NewLadder(cfg.Ladder) // validated by withDefaults
 	l.factor.Store(math.Float64bits(1))
 	if cfg.Syncer != nil {
@@ -342,8 +345,11 @@ func (l *Limiter) share(weight float64) float64 {
 	if weight > 0 {
 		return weight
 	}
-	return 1 / float64(l.nodesHint.Load())
+	return 1 / l.fleetSize()
 }
+
+// fleetSize is the largest fleet any grant reported, or FleetSize.
+func (l *Limiter) fleetSize() float64 { return float64(max(1, l.nodesHint.Load())) }
 
 // decideOther decides for Local and Strict keys.
 func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
@@ -490,13 +496,15 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 	k := &keyState{key: key, pol: pol}
 	k.until.Store(math.MaxInt64)
 	if pol.Mode == Hybrid {
-		// Until its first grant, a new key may spend a starter credit
-		// of the floor lease. It is charged to the fleet at the first
-		// sync, so a node that joins never gets a fresh full quota. A
-		// closed Limiter syncs no more: its new keys get no credit and
-		// follow the FailMode.
+		// Until its first grant, a new key may spend a starter credit:
+		// its part of the burst, the capacity over the largest fleet
+		// seen (or FleetSize), so that a new key's first burst is not
+		// refused and the fleet's starters together hold at most the
+		// burst. It is charged to the fleet at the first sync, which is
+		// asked for at once. A closed Limiter syncs no more: its new
+		// keys get no credit and follow the FailMode.
 		if !l.closed.Load() {
-			k.word.Store(uint64(l.floor(pol, 0)))
+			k.word.Store(uint64(l.starter(pol)))
 		}
 		t := l.now()
 		k.activeAt, k.forecastAt, k.lastSync = t, t, t-int64(l.cfg.Interval)
@@ -509,6 +517,18 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 		}
 	}
 	return l.decide(v.(*keyState), now, n)
+}
+
+// starter is a new key's credit before its first grant: an equal part
+// of the capacity among the largest fleet seen, at least the floor. A
+// node that has seen no fleet yet (no grant, no FleetSize) cannot tell
+// its part, and gets only the floor.
+func (l *Limiter) starter(p *policy) int64 {
+	n := l.nodesHint.Load()
+	if n <= 0 {
+		return l.floor(p, 0)
+	}
+	return min(max(p.capacity/n, l.floor(p, 0)), maxAllowance)
 }
 
 // errDecision is the refusing Decision that comes with err: a key that

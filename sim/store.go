@@ -114,17 +114,24 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 	// The nodes active on the key, and their demand; stale ones are
 	// forgotten, as the script's nodes() does.
 	stale := 3 * interval
-	total, count := demand, 1
+	keep := stale + min(lim.Window.Microseconds(), 100*interval)
+	total, count, out := demand, 1, 0.0
 	for n, o := range st.nodes {
 		if n == node {
 			continue
 		}
-		if now-o.seen > stale {
+		if now-o.seen > keep {
 			delete(st.nodes, n)
 			continue
 		}
+		if now-o.seen > stale {
+			continue // kept to settle its lease, no longer active
+		}
 		count++
 		total += o.demand
+		if o.granted >= now-2*interval {
+			out += o.lease // live (token bucket; granted is a time there)
+		}
 	}
 	weight := 1 / float64(count)
 	if !equal && total > 0 {
@@ -136,6 +143,9 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		}
 		g := max(math.Ceil(capacity*weight), 1)
 		g = min(g, demand)
+		// An equal part of what is free, up to two intervals' refill.
+		most := math.Ceil(float64(lim.Limit) * min(1, 2*float64(interval)/window))
+		g = max(g, min(math.Floor(avail/float64(count)), most))
 		if g > avail {
 			g = math.Floor(avail)
 		}
@@ -158,6 +168,7 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		} else {
 			st.tokens -= consumed - prev
 		}
+		st.tokens = min(st.tokens, burst-out) // live leases are not in the bucket
 		l := grantFrom(st.tokens, burst)
 		st.tokens -= l
 		st.ts = now
