@@ -80,7 +80,7 @@ func TestSyncRejectsBadUsage(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, resp.Grants, 4)
 	assert.NoError(t, resp.Grants[0].Err)
-	assert.Equal(t, int64(10), resp.Grants[0].Lease, "a key far under its limit: an equal part of what is free")
+	assert.Equal(t, int64(3), resp.Grants[0].Lease, "the demand: no slack with an interval as long as the window")
 	for _, g := range resp.Grants[1:] {
 		assert.ErrorIs(t, g.Err, global.ErrInvalid)
 	}

@@ -113,6 +113,10 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 
 	// The nodes active on the key, and their demand; stale ones are
 	// forgotten, as the script's nodes() does.
+	slack := 0.0 // slackOf in the scripts
+	if 8*interval <= lim.Window.Microseconds() {
+		slack = math.Ceil(float64(lim.Limit) * 2 * float64(interval) / window)
+	}
 	stale := 3 * interval
 	keep := stale + min(lim.Window.Microseconds(), 100*interval)
 	total, count, out := demand, 1, 0.0
@@ -129,7 +133,7 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		}
 		count++
 		total += o.demand
-		if o.granted >= now-2*interval {
+		if slack > 0 && o.granted >= now-2*interval {
 			out += o.lease // live (token bucket; granted is a time there)
 		}
 	}
@@ -143,9 +147,7 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		}
 		g := max(math.Ceil(capacity*weight), 1)
 		g = min(g, demand)
-		// An equal part of what is free, up to two intervals' refill.
-		most := math.Ceil(float64(lim.Limit) * min(1, 2*float64(interval)/window))
-		g = max(g, min(math.Floor(avail/float64(count)), most))
+		g = max(g, min(math.Floor(avail/float64(count)), slack)) // an equal part of what is free
 		if g > avail {
 			g = math.Floor(avail)
 		}
