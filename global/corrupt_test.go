@@ -133,7 +133,7 @@ func TestCorruptLeaseState(t *testing.T) {
 	}
 	// This node's lease is read by Sync alone; the others' times and
 	// demands by Sync and by a charge, which forgets stale nodes.
-	node := corruptions([]string{"l:n", "g:n"}, false, hset("lease"))
+	node := corruptions([]string{"l:n", "g:n", "k:n", "c:n"}, false, hset("lease"))
 	others := corruptions([]string{"s:other", "d:other"}, false, other)
 	mark := corruptions([]string{"n", "until"}, false, func(field, v string) func(context.Context, *redis.Client, string) error {
 		return func(ctx context.Context, c *redis.Client, key string) error {

@@ -249,8 +249,11 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scr
 	if err := u.Limit.Validate(); err != nil {
 		return scriptCall{}, fmt.Errorf("%w: key %q: %v", ErrInvalid, u.Key, err)
 	}
-	if u.Consumed < 0 || u.Demand < 0 {
-		return scriptCall{}, fmt.Errorf("%w: key %q: Consumed and Demand must not be negative", ErrInvalid, u.Key)
+	if u.Consumed < 0 || u.Demand < 0 || u.Total < 0 {
+		return scriptCall{}, fmt.Errorf("%w: key %q: Consumed, Demand and Total must not be negative", ErrInvalid, u.Key)
+	}
+	if u.Series > MaxLimit || u.Total > MaxLimit {
+		return scriptCall{}, fmt.Errorf("%w: key %q: Series %d and Total %d must be at most MaxLimit (%d): start a new Series", ErrInvalid, u.Key, u.Series, u.Total, int64(MaxLimit))
 	}
 	base, err := r.keyBase(u.Key, u.Shard)
 	if err != nil {
@@ -268,7 +271,7 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scr
 		script: script,
 		keys:   []string{base + "lease", base + "lshards"},
 		args: []any{node, u.Limit.Limit, window, u.Limit.burst(), min(u.Consumed, MaxLimit), min(u.Demand, MaxLimit),
-			interval, stale, ttl, equalArg(equal)},
+			interval, stale, ttl, equalArg(equal), u.Series, u.Total},
 		reply: 10,
 	}, nil
 }

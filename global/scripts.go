@@ -23,6 +23,8 @@ import (
 //	                  (sliding window)
 //	d:<node>          the node's last reported demand
 //	s:<node>          when the node last synced
+//	k:<node>, c:<node> the node's report series and the most its Total
+//	                  has been in it (see Usage.Series)
 //
 // A node not seen for stale microseconds stops counting as active; its
 // fields are deleted a while later (see leaseCommon), and its lease, if
@@ -90,7 +92,7 @@ local function nodes(key, node, now, stale, keep, demand, horizon)
       if n ~= node then
         local age = now - stored(v, f, 0)
         if age > keep then
-          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n)
+          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n)
         elseif age <= stale then
           count = count + 1
           total = total + (stored(h['d:' .. n], 'd:' .. n, 0) or 0)
@@ -102,6 +104,16 @@ local function nodes(key, node, now, stale, keep, demand, horizon)
     end
   end
   return total, count, out
+end
+
+-- once is what of consumed a report of series, at total, adds to what
+-- the node's reports of that series already brought (k and c, its
+-- stored fields): a report applied but sent again counts once. It
+-- returns that and the fields' new values.
+local function once(consumed, series, total, k, c)
+  if series == 0 then return consumed, nil, nil end
+  if k ~= series or not c then return consumed, series, total end
+  return math.min(consumed, math.max(0, total - c)), series, math.max(c, total)
 end
 
 -- share is this node's weight: an equal part of the active nodes when
@@ -200,7 +212,8 @@ end
 
 // leaseTokenBucket: KEYS[1] state hash, KEYS[2] the lease mark. ARGV:
 // node, limit, window_us, burst, consumed, demand, interval_us, stale_us,
-// ttl_ms, equal ("1": equal shares, else demand-weighted).
+// ttl_ms, equal ("1": equal shares, else demand-weighted), series, total
+// (see once).
 // Returns {lease, lease_ttl_us, used, remaining, nodes, weight*1e6,
 // reset_after_us, now_us, 0, 0}, or leaseGuard's answer.
 var leaseTokenBucket = redis.NewScript(storedNum + leaseCommon + slackOf + tokenRefill + redisNow + leaseGuard + `
@@ -210,8 +223,10 @@ local consumed, demand, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumbe
 local stale, ttl, equal = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
 local rate = limit / window
 
-local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node)
+local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node)
 local tokens = refill(stored(st[1], 'tokens', -huge) or burst, stored(st[2], 'ts', 0) or now, now, rate, burst)
+local series, upto
+consumed, series, upto = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), stored(st[5], 'k:' .. node, 0), stored(st[6], 'c:' .. node, 0))
 
 -- Settle the last lease: unspent tokens of a live lease come back; spending
 -- beyond it is debt.
@@ -240,6 +255,7 @@ tokens = clampN(tokens - lease)
 
 redis.call('HSET', key, 'tokens', tokens, 'ts', now,
   'l:' .. node, lease, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now)
+if series then redis.call('HSET', key, 'k:' .. node, series, 'c:' .. node, upto) end
 redis.call('PEXPIRE', key, ttl)
 
 local reset = 0
@@ -260,8 +276,10 @@ local consumed, demand, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumbe
 local stale, ttl, equal = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
 
 local w = math.floor(now / window)
-local st = redis.call('HMGET', key, 'w', 'cur', 'prev', 'l:' .. node, 'g:' .. node)
+local st = redis.call('HMGET', key, 'w', 'cur', 'prev', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node)
 local cur, prevc = roll(w, st)
+local series, upto
+consumed, series, upto = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), stored(st[6], 'k:' .. node, 0), stored(st[7], 'c:' .. node, 0))
 
 local prev = stored(st[4], 'l:' .. node, 0) or 0
 local lw = stored(st[5], 'g:' .. node, 0) or w
@@ -288,6 +306,7 @@ cur = clampN(cur + lease)
 
 redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prevc,
   'l:' .. node, lease, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now)
+if series then redis.call('HSET', key, 'k:' .. node, series, 'c:' .. node, upto) end
 redis.call('PEXPIRE', key, ttl)
 
 local remaining = avail - lease

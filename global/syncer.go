@@ -163,6 +163,16 @@ type Usage struct {
 	// the fleet was unreachable) is charged to the global budget. It
 	// counts up to MaxLimit.
 	Consumed int64
+	// Series and Total make the report idempotent. Total counts all the
+	// node admitted for the key since Series began: a node picks a new
+	// Series (from 1 to MaxLimit, at random) whenever it starts counting
+	// afresh. A Syncer that has applied a report of the same Series
+	// applies at most what Total adds to it, so that a report applied
+	// once but sent again (its reply lost, a retry, a pipeline half
+	// applied) counts once. With Series 0, or a Series the Syncer has not
+	// seen, Consumed counts as it is.
+	Series uint64
+	Total  int64
 	// Demand is how many requests the node expects to see for the key
 	// over the next interval. The Syncer leases up to this much, or more
 	// while the key is well under its limit: its part of what the fleet

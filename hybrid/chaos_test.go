@@ -191,9 +191,11 @@ func TestRedisOutage(t *testing.T) {
 			} else {
 				// A sync whose answer the black hole swallowed was
 				// applied yet looks failed; its consumption is
-				// reported again: at most a sync's worth per node.
+				// reported again, and counted once (Usage.Series).
+				// Before, Redis counted up to a sync's worth per
+				// node twice.
 				assert.GreaterOrEqual(t, used, int64(total), "nothing lost")
-				assert.LessOrEqual(t, used, int64(total)+nodes*counted*int64(2*interval)/int64(time.Second), "nothing counted twice but a swallowed answer")
+				assert.LessOrEqual(t, used, int64(total)+int64(total)/200, "Redis counts what was admitted, within 0.5%")
 			}
 		})
 	}

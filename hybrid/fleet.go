@@ -94,7 +94,9 @@ func (l *Limiter) call(ctx context.Context, f *fleet, i int, batch []*keyState, 
 	}
 	req := l.request(f)
 	for j, k := range batch {
-		req.Keys = append(req.Keys, global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested})
+		u := global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested}
+		u.Series, u.Total = k.seriesOf(l.syncs.rng, marks[j].s0)
+		req.Keys = append(req.Keys, u)
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
 	resp, err := f.sync(ctx, req)

@@ -3,6 +3,8 @@ package hybrid
 import (
 	"math"
 	"sync/atomic"
+
+	"github.com/hybridlimit/hybridlimit/global"
 )
 
 // A key's lease is one atomic word: the high 32 bits count what the node
@@ -98,6 +100,21 @@ type keyState struct {
 	shareAt     int64   // when share was last refilled
 	nodes       int     // active nodes, from the last grant
 	lastSync    int64   // when the key was last synced
+	series      uint64  // Hybrid: the series its reports to the key itself count in (Usage.Series); 0 for a new one
+	seriesBase  int64   // spent when the series began
+}
+
+// seriesOf is k's report series and its Total at spent s0 (see
+// global.Usage.Series). A series is begun afresh when k has none, or its
+// Total would pass 2^52: its number is random, from 1 to
+// global.MaxLimit, so that a restarted node, or a key forgotten and seen
+// again, never continues another's count. The first report of a series
+// counts its Consumed as it is. Sync loop only.
+func (k *keyState) seriesOf(rng interface{ Uint64N(uint64) uint64 }, s0 int64) (uint64, int64) {
+	if k.series == 0 || s0-k.seriesBase > global.MaxLimit/2 || s0 < k.seriesBase {
+		k.series, k.seriesBase = 1+rng.Uint64N(global.MaxLimit), s0
+	}
+	return k.series, s0 - k.seriesBase
 }
 
 // resetFallback forgets k's fail-static bucket once the fleet answers

@@ -226,7 +226,7 @@ func (l *Limiter) heard(ctx context.Context, k *keyState, n int, left time.Durat
 		// was away: its next sync is sent to the new shards, and
 		// reports there what it spent beyond its old shard leases.
 		k.handover = handover{pending: true, held: ls.lease[0] + ls.lease[1]}
-		k.lshards = nil
+		k.lshards, k.series = nil, 0
 	default:
 		l.mergeLeases(ctx, k)
 	}
@@ -266,7 +266,7 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
 	if used, err := l.ldir.LeaseUsed(cctx, k.key, itself, k.pol.limit); err == nil {
 		_ = l.ldir.ChargeLeasesAtLeast(cctx, k.key, global.ShardsOf(k.key, m), per, used/int64(m), l.cfg.Interval)
 	}
-	k.lshards = l.newLeaseShards(k, m, sent+int64(left))
+	k.lshards, k.series = l.newLeaseShards(k, m, sent+int64(left)), 0
 }
 
 // mergeLeases takes k off its shards, whose mark is gone: the key itself
@@ -292,7 +292,7 @@ func (l *Limiter) mergeLeases(ctx context.Context, k *keyState) {
 		held = ls.keyLease // split and merged before a report reached a shard
 	}
 	k.handover = handover{pending: true, held: held}
-	k.lshards = nil
+	k.lshards, k.series = nil, 0
 }
 
 // handover is how k's next report to the key itself, after a merge,
@@ -342,11 +342,17 @@ func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, m
 			tg = l.shardUsages(req, tg, j, k, sent)
 			continue
 		}
-		c := s.consumed[j]
+		u := global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: s.consumed[j], Demand: k.requested}
 		if h := k.handover; h.pending {
-			c = max(0, c-h.held)
+			// What the shards were charged for is not the key's:
+			// this report counts as it is, and a new series
+			// begins with the next.
+			u.Consumed = max(0, u.Consumed-h.held)
+			k.series = 0
+		} else {
+			u.Series, u.Total = k.seriesOf(s.rng, marks[j].s0)
 		}
-		req.Keys = append(req.Keys, global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: c, Demand: k.requested})
+		req.Keys = append(req.Keys, u)
 		tg = append(tg, target{j, keyItself})
 	}
 	s.targets = tg
@@ -442,7 +448,7 @@ func (l *Limiter) applyLeases(batch []*keyState, out *global.Response, req *glob
 		switch t.to {
 		case keyItself:
 			if g.Shards > 0 {
-				k.lshards = l.newLeaseShards(k, g.Shards, sent+int64(g.ShardedFor))
+				k.lshards, k.series = l.newLeaseShards(k, g.Shards, sent+int64(g.ShardedFor)), 0
 				again = append(again, t.j)
 				continue
 			}

@@ -154,6 +154,9 @@ func TestLeaseAccounting(t *testing.T) {
 	clk.Advance(10 * time.Millisecond)
 	require.NoError(t, l.SyncOnce(ctx))
 	u := s.last()
+	series := u.Series
+	assert.NotZero(t, series, "reports are idempotent")
+	u.Series = 0 // random
 	assert.Equal(t, global.Usage{Key: "k", Limit: global.Limit{Limit: 1000, Window: time.Second, Burst: 1000}, Consumed: 1, Demand: 30}, u)
 	assert.Equal(t, 30, admit(t, l, "k", 40), "the lease of 30 is the allowance")
 
@@ -161,6 +164,8 @@ func TestLeaseAccounting(t *testing.T) {
 	clk.Advance(90 * time.Millisecond)
 	require.NoError(t, l.SyncOnce(ctx))
 	assert.Equal(t, int64(30), s.last().Consumed)
+	assert.Equal(t, int64(30), s.last().Total, "what the series counted since it began")
+	assert.Equal(t, series, s.last().Series)
 }
 
 // TestGrantDuringRoundTrip checks that what is spent while a sync is in

@@ -46,6 +46,8 @@ type nodeLease struct {
 	granted int64 // µs (token bucket) or window number (sliding window)
 	demand  float64
 	seen    int64 // µs
+	series  uint64
+	total   float64 // the most Total has been in series
 }
 
 // syncer is one node's view of the store.
@@ -110,6 +112,15 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		st.nodes[node] = me
 	}
 	prev := me.lease
+	// once: a report applied but sent again counts once.
+	if u.Series != 0 {
+		total := float64(u.Total)
+		if me.series == u.Series {
+			consumed = min(consumed, max(0, total-me.total))
+			total = max(total, me.total)
+		}
+		me.series, me.total = u.Series, total
+	}
 
 	// The nodes active on the key, and their demand; stale ones are
 	// forgotten, as the script's nodes() does.
