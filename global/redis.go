@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // Defaults for the zero fields of a RedisConfig.
@@ -221,8 +223,9 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 	calls := make([]scriptCall, 0, len(req.Keys))
 	idx := make([]int, 0, len(req.Keys))
 	interval := micros(req.Interval)
+	steps := fallbackArgs(req.Fallback)
 	for i, u := range req.Keys {
-		call, err := r.leaseCall(req.Node, interval, req.Shares == Equal, u)
+		call, err := r.leaseCall(req.Node, interval, req.Shares == Equal, steps, u)
 		if err != nil {
 			resp.Grants[i].Err = err
 			continue
@@ -245,7 +248,7 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 
 // leaseCall is the lease script's call for u. Consumed and Demand are
 // counted up to MaxLimit, which the scripts keep exact.
-func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scriptCall, error) {
+func (r *Redis) leaseCall(node string, interval int64, equal bool, steps []any, u Usage) (scriptCall, error) {
 	if err := u.Limit.Validate(); err != nil {
 		return scriptCall{}, fmt.Errorf("%w: key %q: %v", ErrInvalid, u.Key, err)
 	}
@@ -259,6 +262,11 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scr
 	if err != nil {
 		return scriptCall{}, err
 	}
+	if u.Shard != (Shard{}) {
+		// A node goes quiet on a shard when it leases from another:
+		// only silence on the key itself is a partition.
+		steps = noSteps
+	}
 	window := micros(u.Limit.Window)
 	script := leaseTokenBucket
 	if u.Limit.Algorithm == SlidingWindow {
@@ -270,10 +278,28 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, u Usage) (scr
 	return scriptCall{
 		script: script,
 		keys:   []string{base + "lease", base + "lshards"},
-		args: []any{node, u.Limit.Limit, window, u.Limit.burst(), min(u.Consumed, MaxLimit), min(u.Demand, MaxLimit),
-			interval, stale, ttl, equalArg(equal), u.Series, u.Total},
+		args: append([]any{node, u.Limit.Limit, window, u.Limit.burst(), min(u.Consumed, MaxLimit), min(u.Demand, MaxLimit),
+			interval, stale, ttl, equalArg(equal), u.Series, u.Total}, steps...),
 		reply: 10,
 	}, nil
+}
+
+// noSteps reserves nothing (fallbackArgs(nil)).
+var noSteps = []any{0}
+
+// fallbackArgs is steps as the lease scripts read them (stepsOf): the
+// number of finite steps, then each one's until (µs) and factor. The
+// last step, if it lasts for ever, is left out.
+func fallbackArgs(steps []partition.Step) []any {
+	if n := len(steps); n > 0 && steps[n-1].Until == 0 {
+		steps = steps[:n-1]
+	}
+	args := make([]any, 0, 1+2*len(steps))
+	args = append(args, len(steps))
+	for _, st := range steps {
+		args = append(args, micros(st.Until), st.Factor)
+	}
+	return args
 }
 
 // staleAfter is how long, in microseconds, a node that syncs every

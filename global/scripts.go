@@ -85,25 +85,75 @@ local function nodes(key, node, now, stale, keep, demand, horizon)
   local all = redis.call('HGETALL', key)
   local h = {}
   for i = 1, #all, 2 do h[all[i]] = all[i + 1] end
-  local total, count, out = demand, 1, 0
+  local total, count, out, silent = demand, 1, 0, {}
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
       local n = string.sub(f, 3)
       if n ~= node then
-        local age = now - stored(v, f, 0)
+        local seen = stored(v, f, 0)
+        local age = now - seen
         if age > keep then
-          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n)
+          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n)
         elseif age <= stale then
           count = count + 1
           total = total + (stored(h['d:' .. n], 'd:' .. n, 0) or 0)
           if horizon and (stored(h['g:' .. n], 'g:' .. n, 0) or 0) >= horizon then
             out = out + (stored(h['l:' .. n], 'l:' .. n, 0) or 0)
           end
+        else
+          local d = stored(h['d:' .. n], 'd:' .. n, 0) or 0
+          if d > 0 then
+            silent[#silent + 1] = {n = n, seen = seen, d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
+          end
         end
       end
     end
   end
-  return total, count, out
+  return total, count, out, silent
+end
+
+-- spentBy is what a node cut off for e µs may have spent, in µs of its
+-- share, on the fallback steps (until_us, factor pairs): the last step,
+-- which lasts for ever, is not in steps, so a silent node is reserved
+-- for the finite steps only (a node that died is not mourned for ever).
+local function spentBy(e, steps)
+  local sum, from = 0, 0
+  for i = 1, #steps, 2 do
+    if e <= from then break end
+    sum = sum + steps[i + 1] * (math.min(e, steps[i]) - from)
+    from = steps[i]
+  end
+  return sum
+end
+
+-- reserve charges the bucket, as spent, for what each silent node (not
+-- heard from for more than stale, demanding something when last heard)
+-- may spend on its fallback steps from an interval after it was last
+-- heard, at its share of the rate: its part of the demand then, or an
+-- equal part. What was charged is kept in p:<node>, settled when the
+-- node reports again. It returns what it charged now.
+local function reserve(key, silent, total, count, equal, rate, interval, now, steps)
+  local sd = 0
+  for _, s in ipairs(silent) do sd = sd + s.d end
+  local charged = 0
+  for _, s in ipairs(silent) do
+    local w = s.d / (total + sd)
+    if equal then w = 1 / (count + #silent) end
+    local want = rate * w * spentBy(now - s.seen - interval, steps)
+    if want > s.p then
+      charged = charged + (want - s.p)
+      redis.call('HSET', key, 'p:' .. s.n, want)
+    end
+  end
+  return charged
+end
+
+-- stepsOf reads the fallback steps from ARGV, from index i: a count,
+-- then that many until_us, factor pairs.
+local function stepsOf(i)
+  local steps = {}
+  for j = 1, 2 * tonumber(ARGV[i]) do steps[j] = tonumber(ARGV[i + j]) end
+  return steps
 end
 
 -- once is what of consumed a report of series, at total, adds to what
@@ -213,7 +263,7 @@ end
 // leaseTokenBucket: KEYS[1] state hash, KEYS[2] the lease mark. ARGV:
 // node, limit, window_us, burst, consumed, demand, interval_us, stale_us,
 // ttl_ms, equal ("1": equal shares, else demand-weighted), series, total
-// (see once).
+// (see once), then the fallback steps (see stepsOf).
 // Returns {lease, lease_ttl_us, used, remaining, nodes, weight*1e6,
 // reset_after_us, now_us, 0, 0}, or leaseGuard's answer.
 var leaseTokenBucket = redis.NewScript(storedNum + leaseCommon + slackOf + tokenRefill + redisNow + leaseGuard + `
@@ -223,10 +273,22 @@ local consumed, demand, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumbe
 local stale, ttl, equal = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
 local rate = limit / window
 
-local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node)
+local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node, 'p:' .. node)
 local tokens = refill(stored(st[1], 'tokens', -huge) or burst, stored(st[2], 'ts', 0) or now, now, rate, burst)
 local series, upto
 consumed, series, upto = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), stored(st[5], 'k:' .. node, 0), stored(st[6], 'c:' .. node, 0))
+local steps = stepsOf(13)
+
+-- Back from silence: what was reserved for this node was charged as
+-- spent; what it reports is charged only beyond that. Nothing is given
+-- back: the reserve was taken from buckets long refilled, and the report
+-- holds only the last window or two of the silence (older consumption is
+-- dropped by the node), so a refund would hand the fleet a burst.
+local reserved = stored(st[7], 'p:' .. node, 0)
+if reserved then
+  consumed = math.max(0, consumed - reserved)
+  redis.call('HDEL', key, 'p:' .. node)
+end
 
 -- Settle the last lease: unspent tokens of a live lease come back; spending
 -- beyond it is debt.
@@ -247,8 +309,11 @@ end
 local most = slackOf(limit, window, interval)
 local horizon = nil
 if most > 0 then horizon = now - 2 * interval end
-local total, count, out = nodes(key, node, now, stale, stale + math.min(window, 100 * interval), demand, horizon)
+local grace = steps[#steps - 1] or 0
+local keep = math.max(stale + math.min(window, 100 * interval), grace + 2 * interval)
+local total, count, out, silent = nodes(key, node, now, stale, keep, demand, horizon)
 tokens = math.min(tokens, burst - out)
+tokens = tokens - reserve(key, silent, total, count, equal, rate, interval, now, steps)
 local weight = share(demand, total, count, equal)
 local lease = grantFrom(tokens, demand, weight, burst, count, most)
 tokens = clampN(tokens - lease)

@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // A Syncer reconciles one node's consumption with the fleet.
@@ -107,6 +109,17 @@ type Request struct {
 	// Keys are the keys the node touched since its last sync, and those
 	// it holds a lease on.
 	Keys []Usage
+	// Fallback is how the node limits itself while it cannot reach the
+	// fleet: the hybrid Limiter's ladder, with the floor applied. A store
+	// that the rest of the fleet still reaches reserves a node it stops
+	// hearing from on this schedule, at the node's last share of the
+	// rate, so that the nodes it hears do not take the whole limit while
+	// the silent one spends its part; the reserve is settled against what
+	// the node reports when it is back. The last step, which lasts for
+	// ever, is not reserved: a node that died is given up at the end of
+	// the others. Nil reserves nothing. (Redis reserves for token
+	// buckets; see docs/partitions.md.)
+	Fallback []partition.Step
 }
 
 // Validate reports, wrapping ErrInvalid, what makes r unusable by any
@@ -120,6 +133,14 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: Request.Interval is %v; it must be positive", ErrInvalid, r.Interval)
 	case r.Shares != DemandWeighted && r.Shares != Equal:
 		return fmt.Errorf("%w: Request.Shares %d is not a known strategy", ErrInvalid, int(r.Shares))
+	}
+	var last time.Duration
+	for i, st := range r.Fallback {
+		finite := i < len(r.Fallback)-1 || st.Until != 0
+		if finite && st.Until <= last || !(st.Factor >= 0 && st.Factor <= 1) {
+			return fmt.Errorf("%w: Request.Fallback[%d] is %+v; Until must grow (the last may be 0: for ever) and Factor be in [0, 1]", ErrInvalid, i, st)
+		}
+		last = st.Until
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func (f *fleet) errOpen() error {
 // request is f's request scratch, emptied and addressed from this node.
 func (l *Limiter) request(f *fleet) *global.Request {
 	req := &f.req
-	req.Node, req.Interval, req.Shares = l.cfg.Node, l.cfg.Interval, l.cfg.Shares
+	req.Node, req.Interval, req.Shares, req.Fallback = l.cfg.Node, l.cfg.Interval, l.cfg.Shares, l.fallback
 	req.Keys = req.Keys[:0]
 	return req
 }

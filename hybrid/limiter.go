@@ -108,10 +108,11 @@ type Limiter struct {
 	hot       *sketch.Detector // samples Strict requests to find hot keys; nil if none can be
 	ladder    *partition.Ladder
 	health    health
-	degraded  atomic.Bool   // the last sync reached no fleet: decisions past the lease follow the FailMode
-	factor    atomic.Uint64 // the ladder's factor in force, as float64 bits
-	nextSync  atomic.Int64  // when the next regular sync is due
-	nodesHint atomic.Int64  // the most active nodes any grant reported, or FleetSize if set; 0 if neither
+	degraded  atomic.Bool      // the last sync reached no fleet: decisions past the lease follow the FailMode
+	factor    atomic.Uint64    // the ladder's factor in force, as float64 bits
+	nextSync  atomic.Int64     // when the next regular sync is due
+	nodesHint atomic.Int64     // the most active nodes any grant reported, or FleetSize if set; 0 if neither
+	fallback  []partition.Step // the ladder, floor applied, as the fleet is told it (Request.Fallback)
 
 	early  chan *keyState // keys whose lease runs low
 	cancel context.CancelFunc
@@ -152,6 +153,7 @@ func New(cfg Config) (*Limiter, error) {
 		l.nodesHint.Store(int64(cfg.FleetSize))
 	}
 	l.ladder, _ = partition.NewLadder(cfg.Ladder) // validated by withDefaults
+	l.fallback = fallbackSteps(cfg.Ladder)
 	l.factor.Store(math.Float64bits(1))
 	if cfg.Syncer != nil {
 		l.fleets = append(l.fleets, newFleet(cfg.Syncer, "Syncer", cfg.Breaker))
@@ -517,6 +519,19 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 		}
 	}
 	return l.decide(v.(*keyState), now, n)
+}
+
+// fallbackSteps is the ladder cfg climbs down, with its floor applied.
+func fallbackSteps(cfg partition.LadderConfig) []partition.Step {
+	steps := cfg.Steps
+	if len(steps) == 0 {
+		steps = partition.DefaultSteps
+	}
+	out := make([]partition.Step, len(steps))
+	for i, st := range steps {
+		out[i] = partition.Step{Until: st.Until, Factor: max(st.Factor, cfg.Floor)}
+	}
+	return out
 }
 
 // starter is a new key's credit before its first grant: an equal part

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // store is the simulator's Redis: one atomic state per key, updated by the
@@ -42,12 +43,28 @@ type lease struct {
 }
 
 type nodeLease struct {
-	lease   float64
-	granted int64 // µs (token bucket) or window number (sliding window)
-	demand  float64
-	seen    int64 // µs
-	series  uint64
-	total   float64 // the most Total has been in series
+	lease    float64
+	granted  int64 // µs (token bucket) or window number (sliding window)
+	demand   float64
+	seen     int64 // µs
+	series   uint64
+	total    float64 // the most Total has been in series
+	reserved float64 // charged for it while silent (token bucket)
+}
+
+// spentBy is the scripts' spentBy: what a node cut off for e µs may
+// have spent on the finite fallback steps, in µs of its share.
+func spentBy(e int64, steps []partition.Step) float64 {
+	sum, from := 0.0, int64(0)
+	for _, st := range steps {
+		if st.Until == 0 || e <= from {
+			break
+		}
+		until := st.Until.Microseconds()
+		sum += st.Factor * float64(min(e, until)-from)
+		from = until
+	}
+	return sum
 }
 
 // syncer is one node's view of the store.
@@ -91,13 +108,13 @@ func (s *store) apply(o *op, now int64) {
 			s.keys[u.Key] = st
 		}
 		st.used = now
-		resp.Grants[i] = st.sync(o.req.Node, u, interval, now, o.req.Shares == global.Equal)
+		resp.Grants[i] = st.sync(o.req.Node, u, interval, now, o.req.Shares == global.Equal, o.req.Fallback)
 	}
 	o.resp = resp
 }
 
 // sync is the lease scripts' arithmetic for one key.
-func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal bool) global.Grant {
+func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal bool, fallback []partition.Step) global.Grant {
 	lim := u.Limit
 	window := float64(lim.Window.Microseconds())
 	burst := float64(lim.Burst)
@@ -130,7 +147,16 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 	}
 	stale := 3 * interval
 	keep := stale + min(lim.Window.Microseconds(), 100*interval)
+	tb := lim.Algorithm == global.TokenBucket
+	if n := len(fallback); tb && n > 0 {
+		grace := fallback[n-1].Until
+		if grace == 0 && n > 1 {
+			grace = fallback[n-2].Until
+		}
+		keep = max(keep, grace.Microseconds()+2*interval)
+	}
 	total, count, out := demand, 1, 0.0
+	var silent []*nodeLease
 	for n, o := range st.nodes {
 		if n == node {
 			continue
@@ -140,7 +166,10 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 			continue
 		}
 		if now-o.seen > stale {
-			continue // kept to settle its lease, no longer active
+			if tb && o.demand > 0 {
+				silent = append(silent, o) // kept to settle its lease and reserved, no longer active
+			}
+			continue
 		}
 		count++
 		total += o.demand
@@ -174,6 +203,10 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		if now > st.ts {
 			st.tokens = min(burst, st.tokens+float64(now-st.ts)*rate)
 		}
+		if me.reserved > 0 { // back from silence: charged only beyond the reserve
+			consumed = max(0, consumed-me.reserved)
+			me.reserved = 0
+		}
 		if consumed < prev {
 			if now-me.granted <= 2*interval {
 				st.tokens = min(burst, st.tokens+(prev-consumed))
@@ -182,6 +215,20 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 			st.tokens -= consumed - prev
 		}
 		st.tokens = min(st.tokens, burst-out) // live leases are not in the bucket
+		sd := 0.0
+		for _, o := range silent {
+			sd += o.demand
+		}
+		for _, o := range silent { // reserve, as the script does
+			w := o.demand / (total + sd)
+			if equal {
+				w = 1 / float64(count+len(silent))
+			}
+			if want := rate * w * spentBy(now-o.seen-interval, fallback); want > o.reserved {
+				st.tokens -= want - o.reserved
+				o.reserved = want
+			}
+		}
 		l := grantFrom(st.tokens, burst)
 		st.tokens -= l
 		st.ts = now
