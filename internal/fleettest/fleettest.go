@@ -80,6 +80,20 @@ func Drive(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, d
 // millisecond with the time since the start, returns true.
 func DriveUntil(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, done func(now time.Duration) bool) *Run {
 	t.Helper()
+	return drive(t, nodes, key, func(i int, now time.Duration) float64 { return rates[i] * now.Seconds() }, done)
+}
+
+// DriveLoad is Drive with a load that changes over time: due(i, now) is
+// how many requests node i should have been offered in all by now, the
+// time since the start. A step in due is a burst: its requests are
+// offered back to back.
+func DriveLoad(t *testing.T, nodes []*hybrid.Limiter, key string, due func(i int, now time.Duration) float64, d time.Duration) *Run {
+	t.Helper()
+	return drive(t, nodes, key, due, func(now time.Duration) bool { return now >= d })
+}
+
+func drive(t *testing.T, nodes []*hybrid.Limiter, key string, due func(i int, now time.Duration) float64, done func(now time.Duration) bool) *Run {
+	t.Helper()
 	const perNode = 2 // goroutines per node
 	run := &Run{Start: time.Now(), ByNode: make([][]int64, len(nodes))}
 	var stop atomic.Bool
@@ -94,14 +108,13 @@ func DriveUntil(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float
 	for i, l := range nodes {
 		for range perNode {
 			wg.Go(func() {
-				rate := rates[i] / perNode
 				var offered, admitted []int64
 				var arrivals []Arrival
 				var took []time.Duration
 				issued := 0
 				for !stop.Load() {
 					now := time.Since(run.Start)
-					for due := int(rate * now.Seconds()); issued < due; issued++ {
+					for want := int(due(i, now) / perNode); issued < want; issued++ {
 						start := time.Now()
 						at := int64(start.Sub(run.Start))
 						offered = append(offered, at)
