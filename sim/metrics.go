@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // Duration is a time.Duration that reads as "100ms" in JSON.
@@ -49,6 +51,12 @@ type Result struct {
 	// FalseRejection is the ideal's admissions the fleet refused, window
 	// by window, in percent of the ideal's admissions.
 	FalseRejection float64 `json:"false_rejection_pct"`
+	// UnderLimit is the requests the fleet refused while the ideal had at
+	// least half its burst left (for a window algorithm, half its Limit
+	// unspent) just before deciding the same request, in percent of all
+	// requests offered: the refusals a client well within its quota
+	// sees, which should be none.
+	UnderLimit float64 `json:"under_limit_refusal_pct"`
 
 	// SyncOps is sync operations per second, one per key per sync: what
 	// Redis executes, or what the gossip nodes compute locally.
@@ -67,6 +75,7 @@ type Result struct {
 type metrics struct {
 	window  int64
 	offered int64
+	under   int64     // refused while the ideal had half its burst left
 	fleet   [][]int32 // [key][window]
 	ideal   [][]int32
 
@@ -82,15 +91,31 @@ func (m *metrics) init(keys int, c Config) {
 	}
 }
 
-func (m *metrics) record(k int, at int64, fleet, ideal bool) {
+// record counts one request: whether the fleet and the ideal admitted
+// it, and what the ideal had left before deciding it (Remaining, plus the
+// request itself if admitted) out of its burst.
+func (m *metrics) record(k int, at int64, fleet bool, ideal local.Result) {
 	w := at / m.window
 	m.offered++
+	if !fleet && underLimit(ideal) {
+		m.under++
+	}
 	if fleet {
 		m.fleet[k][w]++
 	}
-	if ideal {
+	if ideal.Allowed() {
 		m.ideal[k][w]++
 	}
+}
+
+// underLimit reports whether r, the ideal's decision of a request of cost
+// 1, found at least half the ideal's burst (r.Limit) left before it.
+func underLimit(r local.Result) bool {
+	left := r.Remaining
+	if r.Allowed() {
+		left++
+	}
+	return 2*left >= r.Limit
 }
 
 // result sums the counts up.
@@ -122,6 +147,9 @@ func (m *metrics) result(e *engine) *Result {
 	if r.Ideal > 0 {
 		r.Overshoot = round(100 * float64(over) / float64(r.Ideal))
 		r.FalseRejection = round(100 * float64(under) / float64(r.Ideal))
+	}
+	if m.offered > 0 {
+		r.UnderLimit = round(100 * float64(m.under) / float64(m.offered))
 	}
 	secs := c.Duration.Seconds()
 	r.SyncOps = round(float64(m.syncKeys) / secs)
@@ -176,18 +204,19 @@ func WriteJSON(w io.Writer, v any) error {
 func (r *Result) WriteTable(w io.Writer) error {
 	_, err := fmt.Fprintf(w, `scenario %s over %s: %d nodes, %s, limit %d per %v, sync every %v (%s shares), RTT %v, %v simulated (seed %d)
 
-  offered          %12d
-  admitted         %12d   ideal %d (%.2f%%)
-  overshoot        %11.3f%%   of the ideal's admissions (worst window: %.3f%% of the limit)
-  false rejection  %11.3f%%   of the ideal's admissions
-  sync ops         %12.1f/s   %.0f bytes/s on the network
+  offered               %12d
+  admitted              %12d   ideal %d (%.2f%%)
+  overshoot             %11.3f%%   of the ideal's admissions (worst window: %.3f%% of the limit)
+  false rejection       %11.3f%%   of the ideal's admissions
+  under-limit refusals  %11.3f%%   of the requests: refused while the ideal had half its burst left
+  sync ops              %12.1f/s   %.0f bytes/s on the network
 `,
 		r.Scenario, r.Backend, r.Nodes, r.Algorithm, r.Limit, time.Duration(r.Window), time.Duration(r.Interval), r.Shares,
 		time.Duration(r.RTT), time.Duration(r.Duration), r.Seed,
 		r.Offered, r.Admitted, r.Ideal, 100*float64(r.Admitted)/math.Max(1, float64(r.Ideal)),
-		r.Overshoot, r.OvershootWorst, r.FalseRejection, r.SyncOps, r.SyncBytes)
+		r.Overshoot, r.OvershootWorst, r.FalseRejection, r.UnderLimit, r.SyncOps, r.SyncBytes)
 	if err == nil && r.Converge > 0 {
-		_, err = fmt.Fprintf(w, "  converged        %12v   after the last change\n", time.Duration(r.Converge))
+		_, err = fmt.Fprintf(w, "  converged             %12v   after the last change\n", time.Duration(r.Converge))
 	}
 	return err
 }

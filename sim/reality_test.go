@@ -17,8 +17,9 @@ import (
 
 // TestReality runs one scenario (4 nodes, uniform load at twice the
 // limit, 100 ms syncs, Redis) twice: on the wall clock against a real
-// redis-server, and in the simulator. Their overshoot and false rejection
-// must agree within 2 percentage points; docs/tuning.md records both.
+// redis-server, and in the simulator. Their overshoot, false rejection
+// and under-limit refusals must agree within 2 percentage points;
+// docs/tuning.md records both.
 func TestReality(t *testing.T) {
 	t.Parallel()
 	const (
@@ -37,6 +38,7 @@ func TestReality(t *testing.T) {
 	})
 	real := fleettest.Drive(t, fleet, "k", []float64{rate, rate, rate, rate}, run)
 	realOver, realFalse := real.Versus(real.IdealRun(t, policy), time.Second)
+	realUnder := real.UnderLimit(t, policy)
 
 	s, err := sim.Run(sim.Config{Nodes: nodes, Rate: rate, Limit: limit, Interval: interval, RTT: 200 * time.Microsecond, Duration: run})
 	require.NoError(t, err)
@@ -44,6 +46,8 @@ func TestReality(t *testing.T) {
 		len(real.Admitted), len(real.Offered), realOver, realFalse, s.Admitted, s.Offered, s.Overshoot, s.FalseRejection)
 	assert.InDelta(t, realOver, s.Overshoot, 2, "overshoot agrees within 2 points")
 	assert.InDelta(t, realFalse, s.FalseRejection, 2, "false rejection agrees within 2 points")
+	t.Logf("under-limit refusals: real Redis %.3f%%, simulated %.3f%%", realUnder, s.UnderLimit)
+	assert.InDelta(t, realUnder, s.UnderLimit, 2, "under-limit refusals agree within 2 points")
 	// The points are small beside 2; the admissions, which the points are
 	// drawn from, must agree too.
 	realPart, simPart := float64(len(real.Admitted))/float64(len(real.Offered)), float64(s.Admitted)/float64(s.Offered)

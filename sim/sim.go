@@ -328,7 +328,7 @@ func (e *engine) arrive(ev *event) {
 	d, err := n.l.Allow(key)
 	ok := err == nil && d.Allowed()
 	r, _ := e.ideal.Allow(key)
-	e.m.record(k, e.now, ok, r.Allowed())
+	e.m.record(k, e.now, ok, r)
 	if !n.busy {
 		e.askEarly(n)
 	}

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"bytes"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -117,4 +118,87 @@ func BenchmarkSimSteady(b *testing.B) {
 		decisions += r.Offered
 	}
 	b.ReportMetric(float64(decisions)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// TestUnderLimitIsARefusal checks the under-limit metric against what it
+// must be at the edges: with a limit ten times what the fleet is offered,
+// the ideal's bucket never falls below half, so every refusal is one; at
+// twice the limit the ideal runs dry, so only some refusals are; and the
+// figure is in the JSON under its name.
+func TestUnderLimitIsARefusal(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		cfg   sim.Config
+		every bool // every refusal is under the limit
+	}{
+		{"far under the limit", sim.Config{Nodes: 4, Rate: 250, Limit: 10_000, RTT: 50 * time.Millisecond, Duration: 10 * time.Second}, true},
+		{"twice the limit", sim.Config{Nodes: 4, Duration: 10 * time.Second}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r, err := sim.Run(tt.cfg)
+			require.NoError(t, err)
+			refused := 100 * float64(r.Offered-r.Admitted) / float64(r.Offered)
+			t.Logf("%s: refused %.3f%% of the requests, %.3f%% under the limit", tt.name, refused, r.UnderLimit)
+			assert.GreaterOrEqual(t, r.UnderLimit, 0.0)
+			if tt.every {
+				assert.InDelta(t, refused, r.UnderLimit, 0.001, "every refusal is under the limit")
+			} else {
+				assert.Less(t, r.UnderLimit, refused, "the ideal refuses too: not every refusal is under the limit")
+			}
+			var b bytes.Buffer
+			require.NoError(t, r.WriteJSON(&b))
+			assert.Contains(t, b.String(), `"under_limit_refusal_pct"`)
+			b.Reset()
+			require.NoError(t, r.WriteTable(&b))
+			assert.Contains(t, b.String(), "under-limit refusals")
+		})
+	}
+}
+
+// TestUnderLimitScenarios prints the under-limit refusals of the
+// scenarios the accuracy targets name (docs/tuning.md), on both
+// backends, 8 nodes, 100 ms syncs, the default seed. The target is at
+// most 0.01%; it is only reported here until the lease sizing meets it.
+// Reproduce: go test -run TestUnderLimitScenarios -v ./sim/
+func TestUnderLimitScenarios(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("ten minute-long simulations")
+	}
+	if raceEnabled() {
+		// Under the race detector zipf over gossip alone takes minutes;
+		// TestDeterministic runs every scenario under it already.
+		t.Skip("ten minute-long simulations: too slow under -race")
+	}
+	for _, backend := range sim.Backends {
+		for _, sc := range []string{"steady", "zipf", "hotkey", "bursts", "churn"} {
+			t.Run(backend+"/"+sc, func(t *testing.T) {
+				t.Parallel()
+				r, err := sim.Run(sim.Config{Scenario: sc, Backend: backend, Nodes: 8, Interval: 100 * time.Millisecond})
+				require.NoError(t, err)
+				t.Logf("%-6s %-6s under-limit refusals %7.3f%%, false rejection %7.3f%%, worst window %+7.3f%%, admitted %.2f%% of the ideal",
+					backend, sc, r.UnderLimit, r.FalseRejection, r.OvershootWorst, 100*float64(r.Admitted)/float64(max(1, r.Ideal)))
+				assert.GreaterOrEqual(t, r.UnderLimit, 0.0)
+				assert.LessOrEqual(t, r.UnderLimit, 100.0)
+			})
+		}
+	}
+}
+
+// raceEnabled reports whether the test binary was built with -race, as
+// its build settings record.
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
 }

@@ -63,11 +63,11 @@ func Sweep(c SweepConfig) ([]*Result, error) {
 // WriteMarkdown writes results as a markdown table.
 func WriteMarkdown(w io.Writer, results []*Result) error {
 	var b strings.Builder
-	b.WriteString("| scenario | backend | nodes | shares | interval | overshoot (worst window, % of limit) | overshoot (% of ideal) | false rejection (%) | sync ops/s | bytes/s |\n")
-	b.WriteString("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("| scenario | backend | nodes | shares | interval | overshoot (worst window, % of limit) | overshoot (% of ideal) | false rejection (%) | under-limit refusals (% of requests) | sync ops/s | bytes/s |\n")
+	b.WriteString("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %v | %.2f | %.2f | %.2f | %.0f | %.0f |\n",
-			r.Scenario, r.Backend, r.Nodes, r.Shares, time.Duration(r.Interval), r.OvershootWorst, r.Overshoot, r.FalseRejection, r.SyncOps, r.SyncBytes)
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %v | %.2f | %.2f | %.2f | %.3f | %.0f | %.0f |\n",
+			r.Scenario, r.Backend, r.Nodes, r.Shares, time.Duration(r.Interval), r.OvershootWorst, r.Overshoot, r.FalseRejection, r.UnderLimit, r.SyncOps, r.SyncBytes)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

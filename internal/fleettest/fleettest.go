@@ -5,6 +5,7 @@
 package fleettest
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -56,6 +57,16 @@ type Run struct {
 	Admitted []int64         // every admission, all nodes
 	ByNode   [][]int64       // each node's admissions
 	Latency  []time.Duration // how long each Allow call took, all nodes
+	// Arrivals is every arrival with its node's decision, all nodes, in
+	// the order of Offered. Several may share a time; each keeps its own
+	// decision, which Offered and Admitted alone cannot say.
+	Arrivals []Arrival
+}
+
+// Arrival is one request a Run offered.
+type Arrival struct {
+	At       int64 // nanoseconds since the run's start
+	Admitted bool  // whether its node admitted it
 }
 
 // Drive drives each of nodes with its own goroutines, offering rates[i]
@@ -68,6 +79,20 @@ func Drive(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, d
 // DriveUntil is Drive until done, which is called about once a
 // millisecond with the time since the start, returns true.
 func DriveUntil(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, done func(now time.Duration) bool) *Run {
+	t.Helper()
+	return drive(t, nodes, key, func(i int, now time.Duration) float64 { return rates[i] * now.Seconds() }, done)
+}
+
+// DriveLoad is Drive with a load that changes over time: due(i, now) is
+// how many requests node i should have been offered in all by now, the
+// time since the start. A step in due is a burst: its requests are
+// offered back to back.
+func DriveLoad(t *testing.T, nodes []*hybrid.Limiter, key string, due func(i int, now time.Duration) float64, d time.Duration) *Run {
+	t.Helper()
+	return drive(t, nodes, key, due, func(now time.Duration) bool { return now >= d })
+}
+
+func drive(t *testing.T, nodes []*hybrid.Limiter, key string, due func(i int, now time.Duration) float64, done func(now time.Duration) bool) *Run {
 	t.Helper()
 	const perNode = 2 // goroutines per node
 	run := &Run{Start: time.Now(), ByNode: make([][]int64, len(nodes))}
@@ -83,13 +108,13 @@ func DriveUntil(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float
 	for i, l := range nodes {
 		for range perNode {
 			wg.Go(func() {
-				rate := rates[i] / perNode
 				var offered, admitted []int64
+				var arrivals []Arrival
 				var took []time.Duration
 				issued := 0
 				for !stop.Load() {
 					now := time.Since(run.Start)
-					for due := int(rate * now.Seconds()); issued < due; issued++ {
+					for want := int(due(i, now) / perNode); issued < want; issued++ {
 						start := time.Now()
 						at := int64(start.Sub(run.Start))
 						offered = append(offered, at)
@@ -99,6 +124,7 @@ func DriveUntil(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float
 							t.Error(err)
 							return
 						}
+						arrivals = append(arrivals, Arrival{at, dec.Allowed()})
 						if dec.Allowed() {
 							admitted = append(admitted, at)
 						}
@@ -110,6 +136,7 @@ func DriveUntil(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float
 				run.Offered = append(run.Offered, offered...)
 				run.Admitted = append(run.Admitted, admitted...)
 				run.Latency = append(run.Latency, took...)
+				run.Arrivals = append(run.Arrivals, arrivals...)
 				run.ByNode[i] = append(run.ByNode[i], admitted...)
 			})
 		}
@@ -163,8 +190,7 @@ func (r *Run) Ideal(t *testing.T, p hybrid.Policy) int { return len(r.IdealRun(t
 // arrivals, and when.
 func (r *Run) IdealRun(t *testing.T, p hybrid.Policy) *Run {
 	t.Helper()
-	l, err := local.New(local.Config{Algorithm: p.Algorithm, Limit: p.Limit, Window: p.Window, Burst: p.Burst, Clock: clock.NewManual(r.Start)})
-	require.NoError(t, err)
+	l := r.ideal(t, p)
 	arrivals := append([]int64(nil), r.Offered...)
 	slices.Sort(arrivals)
 	ideal := &Run{Start: r.Start, Offered: arrivals}
@@ -176,6 +202,60 @@ func (r *Run) IdealRun(t *testing.T, p hybrid.Policy) *Run {
 		}
 	}
 	return ideal
+}
+
+// ideal is a single limiter of policy p on a manual clock set to the
+// run's start, for replaying its arrivals at their times.
+func (r *Run) ideal(t *testing.T, p hybrid.Policy) *local.Limiter {
+	t.Helper()
+	l, err := local.New(local.Config{Algorithm: p.Algorithm, Limit: p.Limit, Window: p.Window, Burst: p.Burst, Clock: clock.NewManual(r.Start)})
+	require.NoError(t, err)
+	return l
+}
+
+// UnderLimit is the run's under-limit refusals, in percent of its
+// arrivals: the requests a node refused while a single limiter of policy
+// p, fed every arrival in time order, had at least half its burst left
+// (for a window algorithm, half its Limit unspent) just before deciding
+// the same request. These are the refusals a client well within its
+// quota sees; the simulator's Result.UnderLimit counts them alike.
+//
+// Arrivals at the same nanosecond are replayed admissions first, so that
+// a refusal is never counted against a bucket its neighbours were about
+// to spend.
+func (r *Run) UnderLimit(t *testing.T, p hybrid.Policy) float64 {
+	t.Helper()
+	require.Len(t, r.Arrivals, len(r.Offered), "fleettest: Run.Arrivals must hold every arrival of Offered, with its decision, as Drive records them")
+	if len(r.Arrivals) == 0 {
+		return 0
+	}
+	arrivals := slices.Clone(r.Arrivals)
+	slices.SortStableFunc(arrivals, func(a, b Arrival) int {
+		if c := cmp.Compare(a.At, b.At); c != 0 {
+			return c
+		}
+		switch {
+		case a.Admitted == b.Admitted:
+			return 0
+		case a.Admitted:
+			return -1
+		}
+		return 1
+	})
+	l := r.ideal(t, p)
+	under := 0
+	for _, a := range arrivals {
+		res, err := l.AllowNAt("k", r.Start.Add(time.Duration(a.At)), 1)
+		require.NoError(t, err)
+		left := res.Remaining // what it had before: what is left, plus the request if admitted
+		if res.Allowed() {
+			left++
+		}
+		if !a.Admitted && 2*left >= res.Limit {
+			under++
+		}
+	}
+	return 100 * float64(under) / float64(len(arrivals))
 }
 
 // Versus compares r with ideal, window by window of length w from the

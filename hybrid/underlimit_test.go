@@ -1,0 +1,146 @@
+package hybrid_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/faultnet"
+	"github.com/hybridlimit/hybridlimit/internal/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/partition"
+)
+
+// TestUnderLimitRefusals measures, on a real Redis behind a proxy that
+// adds 0, 5, 20 and 50 ms to each round trip, the requests a fleet of 4
+// refuses for a key far under its limit (1,000 per second, burst 1,000):
+// each node offered 40 per second evenly, or 60 at once every 500 ms,
+// bursts that never take the ideal's bucket below 760. A single limiter
+// fed the same arrivals refuses none of them, and neither should the
+// fleet: every refusal here is an under-limit refusal
+// (fleettest.Run.UnderLimit). The target is at most 0.01%; the test
+// holds the fleet to 0.5%, for noise, only with HYBRID_UNDERLIMIT_STRICT=1
+// until the lease sizing meets it (and then also requires every node to
+// stay Healthy throughout), and otherwise reports the figures.
+// Reproduce: go test -run TestUnderLimitRefusals -v ./hybrid/
+//
+// Not parallel with the package's other tests: its 32 nodes would load
+// the machine while their timing-bound tests run.
+func TestUnderLimitRefusals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("eight fleets driven for 3 s each over real Redis")
+	}
+	const (
+		nodes    = 4
+		limit    = 1000
+		interval = 100 * time.Millisecond
+		run      = 3 * time.Second
+	)
+	strict := os.Getenv("HYBRID_UNDERLIMIT_STRICT") == "1"
+	policy := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second, Burst: limit}
+	loads := []struct {
+		name string
+		due  func(i int, now time.Duration) float64 // requests node i has been offered by now
+	}{
+		{"steady", func(_ int, now time.Duration) float64 { return 40 * now.Seconds() }},
+		{"bursts", func(_ int, now time.Duration) float64 { return 60 * math.Floor(now.Seconds()/0.5+1) }},
+	}
+	type row struct {
+		load int // index in loads
+		rtt  time.Duration
+	}
+	var rows []row
+	for l := range loads {
+		for _, rtt := range []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond} {
+			rows = append(rows, row{l, rtt})
+		}
+	}
+	srv := redistest.StartServer(t)
+	for _, tt := range rows {
+		load := loads[tt.load]
+		name := fmt.Sprintf("%s/rtt=%v", load.name, tt.rtt)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			proxy, err := faultnet.NewProxy(srv.Addr)
+			require.NoError(t, err)
+			t.Cleanup(func() { proxy.Close() })
+			proxy.SetDelay(tt.rtt / 2) // each way
+			// SyncTimeout covers the round trip. Known gap: a sync on a
+			// new connection takes three round trips (153 ms at 50 ms
+			// added), so past the default SyncTimeout, the Interval,
+			// each sync times out, drops its connection, and the next
+			// starts over: the nodes stay Degraded (measured: a node
+			// off Healthy in 272 of 300 samples) and the ladder, not
+			// the leases, decides.
+			fleet := fleettest.Limiters(t, nodes, func(int) hybrid.Config {
+				return hybrid.Config{Policies: []hybrid.Policy{policy}, Syncer: redisDelayed(t, srv, proxy.Addr()), Interval: interval, SyncTimeout: time.Second}
+			})
+			sick := watchHealth(fleet, run)
+			r := fleettest.DriveLoad(t, fleet, "under:"+name, load.due, run)
+			ideal := r.IdealRun(t, policy)
+			under := r.UnderLimit(t, policy)
+			refused := 100 * float64(len(r.Offered)-len(r.Admitted)) / float64(max(1, len(r.Offered)))
+			t.Logf("%s: offered %d, admitted %d (ideal %d): under-limit refusals %.3f%% (all refusals %.3f%%); a node off Healthy in %d of %d samples",
+				name, len(r.Offered), len(r.Admitted), len(ideal.Admitted), under, refused, sick(), run/(10*time.Millisecond))
+
+			// What holds today: no window beyond the limit, and the
+			// metric counts refusals only.
+			assert.LessOrEqual(t, r.MaxInWindow(time.Second), limit, "admitted in one second")
+			assert.LessOrEqual(t, len(r.Admitted), len(ideal.Admitted), "admitted overall")
+			assert.GreaterOrEqual(t, under, 0.0)
+			assert.LessOrEqual(t, under, refused+1e-9, "under-limit refusals are refusals")
+			if strict {
+				assert.LessOrEqual(t, under, 0.5, "under-limit refusals, %% of the requests (target 0.01%%)")
+				assert.Zero(t, sick(), "samples with a node off Healthy: the leases are measured, not the ladder")
+			}
+		})
+	}
+}
+
+// redisDelayed returns a Redis Syncer that reaches s through addr, a
+// faultnet proxy, with the default Timeout: 50 ms of added round trip is
+// a distant Redis, not an outage.
+func redisDelayed(t *testing.T, s *redistest.Server, addr string) *global.Redis {
+	t.Helper()
+	o := s.Options()
+	o.Addr, o.ContextTimeoutEnabled = addr, true
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c})
+	require.NoError(t, err)
+	return r
+}
+
+// watchHealth samples the fleet's health every 10 ms for d, and returns
+// a func that waits for the end and counts the samples in which a node
+// was not Healthy: a refusal by a node cut off is the ladder's, not the
+// lease's.
+func watchHealth(fleet []*hybrid.Limiter, d time.Duration) func() int64 {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			for _, l := range fleet {
+				if l.Health().Level != partition.Healthy {
+					n.Add(1)
+					break
+				}
+			}
+		}
+	})
+	return func() int64 {
+		wg.Wait()
+		return n.Load()
+	}
+}
