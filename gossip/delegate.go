@@ -105,8 +105,10 @@ type Stats struct {
 	Received, Malformed uint64
 	// InboxDropped is how many arrived while the merge loop was behind.
 	InboxDropped uint64
-	// Refused is how many entries were dropped because MaxKeys or
-	// MaxPeers was reached.
+	// Refused is how many entries were dropped because MaxKeys, MaxPeers
+	// or the table's bound was reached, or because they were stamped more
+	// than a window past this node's clock (a peer's clock that far
+	// ahead, or a forgery).
 	Refused uint64
 	// Queued is how many single-key updates went into the gossip queue;
 	// Streamed and StreamFailures count batches sent to a peer over a

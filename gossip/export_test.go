@@ -16,16 +16,17 @@ const (
 // Forged is one entry of a forged message: any values, checked by no one
 // but the receiver.
 type Forged struct {
-	Key                                            string
-	Window                                         time.Duration
-	Epoch, Cur, Prev, Seq, Reserved, TTLms, Demand uint64
-	Weight                                         uint16
+	Key                                       string
+	Window                                    time.Duration
+	Stamp, Cur, Prev, Reserved, TTLms, Demand uint64
+	Weight                                    uint16
 }
 
-// EpochNow is the epoch a node whose clock reads now counts in.
-func EpochNow(now time.Time, window time.Duration) uint64 {
-	ep, _ := epochOf(now.UnixNano(), uint64(window/time.Millisecond))
-	return ep
+// Incarnation is the node's incarnation, as any push/pull shows it.
+func (g *Gossip) Incarnation() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.core.tab.self.inc
 }
 
 // Forge encodes a message of kind from origin with the given entries,
@@ -35,8 +36,8 @@ func Forge(kind byte, origin string, inc uint64, es ...Forged) []byte {
 	w.header(kind)
 	w.section(origin, inc)
 	for _, f := range es {
-		e := entry{hash: xxh3.HashString(f.Key), windowMs: uint64(f.Window / time.Millisecond), epoch: f.Epoch,
-			cur: f.Cur, prev: f.Prev, seq: f.Seq, reserved: f.Reserved, ttlMs: f.TTLms, demand: f.Demand, weight: f.Weight}
+		e := entry{hash: xxh3.HashString(f.Key), windowMs: uint64(f.Window / time.Millisecond), stamp: f.Stamp,
+			cur: f.Cur, prev: f.Prev, reserved: f.Reserved, ttlMs: f.TTLms, demand: f.Demand, weight: f.Weight}
 		w.entry(&e)
 	}
 	return append([]byte(nil), w.finish()...)

@@ -44,20 +44,20 @@ func TestForgedPackets(t *testing.T) {
 			require.Eventually(t, func() bool { return sync(t, a, "k", window, 0, 0).Used >= 900 }, 5*time.Second, 10*time.Millisecond)
 
 			now := time.Now()
-			ep := gossip.EpochNow(now, window.Window)
+			ms := uint64(now.UnixMilli())
 			later := uint64(now.Add(time.Hour).UnixNano()) // an incarnation above node-2's
 			bucket := global.Limit{Algorithm: global.TokenBucket, Limit: 1000, Burst: 1000, Window: time.Second}
 			forged := [][]byte{
-				// 1: seq 0 made a zero window, and gc divided by it.
-				gossip.Forge(gossip.KindUpdate, "node-2", later, gossip.Forged{Key: "k", Window: window.Window, Epoch: ep}),
+				// 1: seq 0 made a zero window, and gc divided by it (stamp 0 now).
+				gossip.Forge(gossip.KindUpdate, "node-2", later, gossip.Forged{Key: "k", Window: window.Window}),
 				// 2: a higher incarnation with a clean slate.
-				gossip.Forge(gossip.KindUpdate, "node-2", later, gossip.Forged{Key: "k", Window: window.Window, Epoch: ep, Seq: 1}),
-				// 3: a far epoch, a huge seq on another window, and a made-up
+				gossip.Forge(gossip.KindUpdate, "node-2", later, gossip.Forged{Key: "k", Window: window.Window, Stamp: ms}),
+				// 3: a far window, the same on another window, and a made-up
 				// node's lease of 2^53 for 2^32 ms.
-				gossip.Forge(gossip.KindState, "node-2", later, gossip.Forged{Key: "k", Window: window.Window, Epoch: 1 << 53, Seq: 2}),
-				gossip.Forge(gossip.KindState, "node-2", later, gossip.Forged{Key: "k", Window: 2 * window.Window, Epoch: ep / 2, Seq: 1 << 53}),
+				gossip.Forge(gossip.KindState, "node-2", later, gossip.Forged{Key: "k", Window: window.Window, Stamp: 1 << 53}),
+				gossip.Forge(gossip.KindState, "node-2", later, gossip.Forged{Key: "k", Window: 2 * window.Window, Stamp: 1 << 53}),
 				gossip.Forge(gossip.KindState, "ghost", 1, gossip.Forged{Key: "lease", Window: time.Second,
-					Epoch: gossip.EpochNow(now, time.Second), Seq: 1, Reserved: 1 << 53, TTLms: 1 << 32, Demand: 1}),
+					Stamp: ms, Reserved: 1 << 53, TTLms: 1 << 32, Demand: 1}),
 				// 5: node-2's farewell.
 				gossip.Forge(gossip.KindLeave, "node-2", later),
 			}
@@ -78,8 +78,42 @@ func TestForgedPackets(t *testing.T) {
 				"the made-up node's lease lapses")
 			t.Logf("the made-up node's lease lapsed %v after it was sent", time.Since(start).Round(100*time.Millisecond))
 			assert.Len(t, a.Members(), 2)
+
+			forgeAhead(t, tt.secret, a, b)
 		})
 	}
+}
+
+// forgeAhead sends a node-2's entry for a key of a short window, under
+// node-2's real incarnation (any push/pull shows it), stamped half a
+// window ahead, with node-2 holding the whole limit, and a lease for
+// 2^32 ms. node-1 must read node-2's own figures again within a window
+// (plus the time gossip takes), and go on reading them: before stamps, a
+// forged sequence number 2^53 held node-2's entry for the rest of its
+// run, its lease stood 10 s, and node-2 dropped out of node-1's view.
+func forgeAhead(t *testing.T, secret []byte, a, b *gossip.Gossip) {
+	t.Helper()
+	lim := global.Limit{Algorithm: global.SlidingWindow, Limit: 1000, Window: 2 * time.Second}
+	require.Eventually(t, func() bool {
+		sync(t, b, "x", lim, 0, 10)
+		return sync(t, a, "x", lim, 0, 10).Nodes == 2
+	}, 5*time.Second, 10*time.Millisecond)
+	start := time.Now()
+	stamp := uint64(start.Add(lim.Window / 2).UnixMilli())
+	send(t, secret, a.Addr(), gossip.Forge(gossip.KindUpdate, "node-2", b.Incarnation(), gossip.Forged{Key: "x", Window: lim.Window,
+		Stamp: stamp, Reserved: uint64(lim.Limit), TTLms: 1 << 32, Demand: 1 << 40, Weight: 65535}))
+	require.Eventually(t, func() bool { return sync(t, a, "x", lim, 0, 10).Lease == 0 }, time.Second, 10*time.Millisecond,
+		"the forged lease of the whole limit holds while the stamp is ahead of node-2's")
+	back := func() bool {
+		ga, gb := sync(t, a, "x", lim, 0, 10), sync(t, b, "x", lim, 0, 10)
+		return ga.Lease > 0 && ga.Nodes == 2 && ga.Weight+gb.Weight <= 1+1e-9
+	}
+	require.Eventually(t, back, lim.Window+time.Second, 20*time.Millisecond, "node-2's own figures are back within a window")
+	t.Logf("node-2's own figures were back %v after the forgery was sent", time.Since(start).Round(10*time.Millisecond))
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		sync(t, b, "x", lim, 0, 10)
+	}
+	require.Eventually(t, back, time.Second, 20*time.Millisecond, "and stay: node-2's updates are heard")
 }
 
 // send sends each of msgs to addr as a memberlist user message from a

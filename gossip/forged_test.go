@@ -59,18 +59,18 @@ func TestForgedIncarnationTakesNothingOver(t *testing.T) {
 
 func TestForgedFieldsAreBounded(t *testing.T) {
 	t.Parallel()
-	far := func(e entry) entry { e.epoch = 1 << 53; return e }
-	maxSeq := func(e entry) entry { e.seq, e.windowMs = math.MaxUint64, 2000; return e }
-	wideSeq := func(e entry) entry { e.seq, e.windowMs = 1<<53, 2000; return e }
+	far := func(e entry) entry { e.stamp = 1 << 53; return e }
+	maxStamp := func(e entry) entry { e.stamp, e.windowMs = math.MaxUint64, 2000; return e }
+	wideStamp := func(e entry) entry { e.stamp, e.windowMs = 1<<53, 2000; return e }
 	tests := []struct {
 		name   string
 		forge  func(entry) entry
 		refuse bool // the decoder or the table refuses it outright
 	}{
-		{"epoch 2^53", far, true},
-		{"epoch two windows ahead", func(e entry) entry { e.epoch += 3; return e }, true},
-		{"seq MaxUint64 on another window", maxSeq, true},
-		{"seq 2^53 on another window", wideSeq, false},
+		{"stamp 2^53", far, true},
+		{"stamp just over a window ahead", func(e entry) entry { e.stamp += e.windowMs + 1; return e }, true},
+		{"stamp MaxUint64 on another window", maxStamp, true},
+		{"stamp 2^53 on another window", wideStamp, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,7 +78,9 @@ func TestForgedFieldsAreBounded(t *testing.T) {
 			tab := testTable()
 			tab.join("b", "")
 			require.NoError(t, receive(tab, kindUpdate, "b", 5, t0, swEntry(t0, 900, 10)))
-			_ = receive(tab, kindUpdate, "b", 5, t0, tt.forge(swEntry(t0, 0, 11)))
+			before := tab.dropped
+			err := receive(tab, kindUpdate, "b", 5, t0, tt.forge(swEntry(t0, 0, 11)))
+			assert.Equal(t, tt.refuse, err != nil || tab.dropped > before, "refused")
 			assert.Equal(t, int64(900), grant(t, tab, "k", 0, 0, t0).Used, "b's counts still count")
 			require.NoError(t, receive(tab, kindUpdate, "b", 5, t0, swEntry(t0, 950, 12)))
 			assert.Equal(t, int64(950), grant(t, tab, "k", 0, 0, t0).Used, "b's next update counts")
@@ -100,8 +102,7 @@ func TestForgedLeaseLapses(t *testing.T) {
 		return g
 	}
 	use(t0)
-	ep, _ := epochOf(t0.wall, 1000)
-	forged := entry{hash: xxh3.HashString("k"), windowMs: 1000, epoch: ep, seq: 1, reserved: 1 << 53, ttlMs: 1 << 32, demand: 1}
+	forged := entry{hash: xxh3.HashString("k"), windowMs: 1000, stamp: t0.ms(), reserved: 1 << 53, ttlMs: 1 << 32, demand: 1}
 	_ = receive(tab, kindState, "made-up", 1, t0, forged)
 	g := use(t0.add(time.Second))
 	assert.GreaterOrEqual(t, g.Remaining+g.Lease, int64(0))
@@ -205,5 +206,60 @@ func BenchmarkForgedPeers(b *testing.B) {
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MB")
 		b.ReportMetric(float64(tab.dropped), "refused")
 		runtime.KeepAlive(tab)
+	}
+}
+
+// TestForgedStampIsBounded: a forger who knows b's incarnation (any
+// push/pull shows it) sends b's entry stamped ahead of b's own, with a
+// lease, demand and weight of its own. b's counts stand either way. A
+// stamp more than a window past this node's clock is refused, so b's
+// next update, a moment later, is what this node's view shows; one just
+// inside the bound holds until b's clock passes it, within a window.
+// Before stamps, b's entry carried a sequence number from 1, and a
+// forged 2^53 held b's figures for the rest of its run.
+func TestForgedStampIsBounded(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		ahead time.Duration // the forged stamp, past t0
+		held  time.Duration // how long the forged figures stand
+	}{
+		{"far future", time.Duration(1<<40) * time.Millisecond, 0},
+		{"just past the bound", sw.Window + time.Millisecond, 0},
+		{"half a window ahead", sw.Window / 2, sw.Window / 2},
+		{"at the bound", sw.Window, sw.Window},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tab := testTable()
+			tab.join("b", "")
+			require.NoError(t, receive(tab, kindUpdate, "b", 5, t0, swEntry(t0, 900, 10)))
+			forged := swEntry(t0, 0, 0)
+			forged.stamp += uint64(tt.ahead / time.Millisecond)
+			forged.reserved, forged.demand, forged.weight = 1000, 1<<40, weightScale
+			require.NoError(t, receive(tab, kindUpdate, "b", 5, t0, forged))
+			c := &tab.keys[xxh3.HashString("k")].peers[0]
+			figures := func() [3]uint64 { return [3]uint64{c.e.reserved, c.e.demand, uint64(c.e.weight)} }
+			honest := func(at instant, cur, demand uint64) {
+				e := swEntry(at, cur, 1)
+				e.reserved, e.demand = 5, demand
+				require.NoError(t, receive(tab, kindUpdate, "b", 5, at, e))
+			}
+
+			at, demand := t0.add(100*time.Millisecond), uint64(20)
+			honest(at, 950, demand)
+			ep, _ := epochOf(t0.wall, c.e.windowMs)
+			assert.Equal(t, uint64(950), c.e.countAt(ep), "b's counts stand")
+			if tt.held > 0 {
+				assert.Equal(t, [3]uint64{1000, 1 << 40, weightScale}, figures(), "within the bound, the forgery holds until b's clock passes it")
+				at, demand = t0.add(tt.held+time.Millisecond), 30
+				honest(at, 10, demand)
+				assert.LessOrEqual(t, tt.held, sw.Window, "no longer than a window")
+			}
+			assert.Equal(t, [3]uint64{5, demand, weightScale / 2}, figures())
+			assert.Equal(t, at.ms()+1, c.e.stamp, "b's own update is what this node's view shows")
+			assert.Positive(t, grant(t, tab, "k", 0, 20, at).Lease, "b's real lease of 5, not the forged 1000, is reserved")
+		})
 	}
 }

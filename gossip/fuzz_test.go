@@ -29,20 +29,25 @@ func fuzzSeed(kind byte, origin string, inc uint64, e entry) []byte {
 
 // FuzzMergeSync drives whatever the decoder accepts through the table
 // end to end: merge, collect garbage, sync, as a node does. Whatever the
-// bytes, nothing panics and every grant is one a limiter can use: the
+// bytes, nothing panics, every grant is one a limiter can use (the
 // lease in [0, burst], counts and durations not negative, the weight in
-// [0, 1].
+// [0, 1]), and every entry held is in its stamp's window, stamped no
+// more than a window past this node's clock.
 func FuzzMergeSync(f *testing.F) {
 	h := xxh3.HashString("k")
-	ep, _ := epochOf(t0.wall, 1000)
-	good := entry{hash: h, windowMs: 1000, epoch: ep, cur: 10, prev: 5, seq: 3, reserved: 50, ttlMs: 200, demand: 100, weight: weightScale / 2}
+	good := entry{hash: h, windowMs: 1000, stamp: t0.ms() + 3, cur: 10, prev: 5, reserved: 50, ttlMs: 200, demand: 100, weight: weightScale / 2}
 	f.Add(fuzzSeed(kindUpdate, "p", 2, good), uint8(0), uint16(100))
-	zeroSeq := good
-	zeroSeq.seq = 0
-	f.Add(fuzzSeed(kindUpdate, "p", 2, zeroSeq), uint8(1), uint16(100))
+	zeroStamp := good
+	zeroStamp.stamp = 0
+	f.Add(fuzzSeed(kindUpdate, "p", 2, zeroStamp), uint8(1), uint16(100))
 	future := good
-	future.epoch, future.seq, future.reserved, future.ttlMs = 1<<53, math.MaxUint64, 1<<53, 1<<32
+	future.stamp, future.reserved, future.ttlMs = 1<<53, 1<<53, 1<<32
 	f.Add(fuzzSeed(kindState, "q", 3, future), uint8(0), uint16(0))
+	future.stamp = math.MaxUint64
+	f.Add(fuzzSeed(kindState, "q", 3, future), uint8(0), uint16(0))
+	ahead := good // inside the bound: b's figures held for half a window
+	ahead.stamp, ahead.demand = t0.ms()+500, 1<<40
+	f.Add(fuzzSeed(kindUpdate, "p", 2, ahead), uint8(0), uint16(100))
 	f.Add(fuzzSeed(kindLeave, "p", 2, good), uint8(1), uint16(10))
 	f.Fuzz(func(t *testing.T, b []byte, which uint8, demand uint16) {
 		lim := fuzzLimits[int(which)%len(fuzzLimits)]
@@ -61,6 +66,19 @@ func FuzzMergeSync(f *testing.F) {
 			require.True(t, g.Weight >= 0 && g.Weight <= 1, "weight %v outside [0, 1]", g.Weight)
 			require.GreaterOrEqual(t, g.Nodes, 1)
 		}
+		// Every entry held is in its stamp's window, and no peer's is
+		// stamped more than a window past this node's clock.
+		held := func(now instant) {
+			for _, k := range tab.keys {
+				if k.own.stamp != 0 {
+					require.Equal(t, k.own.stamp/k.own.windowMs, k.own.epoch, "own entry's window is its stamp's")
+				}
+				for _, c := range k.peers {
+					require.Equal(t, c.e.stamp/c.e.windowMs, c.e.epoch, "a peer entry's window is its stamp's")
+					require.LessOrEqual(t, c.e.stamp, now.ms()+c.e.windowMs, "a peer's stamp within a window of ours")
+				}
+			}
+		}
 		usage := &global.Usage{Key: "k", Limit: lim, Consumed: 3, Demand: int64(demand)}
 		check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, t0))
 		var m message
@@ -71,9 +89,11 @@ func FuzzMergeSync(f *testing.F) {
 		for range 3 {
 			now = now.add(400 * time.Millisecond)
 			tab.merge(&m, now)
+			held(now)
 			tab.gc(now)
 			check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, now))
 			check(tab.sync(usage, 100*time.Millisecond, global.Equal, now))
+			held(now)
 		}
 		now = now.add(time.Hour)
 		tab.gc(now)

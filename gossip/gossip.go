@@ -292,7 +292,8 @@ func (g *Gossip) lock() {
 // windows, is the wall clock at New moved on by the monotonic clock since:
 // a wall clock stepped later (by hand, by a bad NTP step) moves no window
 // of this node's, so what it spent stays counted in the window it was
-// spent in. Peers' windows are bounded against it (maxEpochAhead).
+// spent in, and its stamps never step back. Peers' stamps are bounded
+// against it (mergeEntry).
 func (g *Gossip) now() instant {
 	mono := g.clk.Nanotime()
 	return instant{mono: mono, wall: g.wall0 + (mono - g.mono0)}

@@ -42,7 +42,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 
 	own := &k.own
 	if own.windowMs != ms {
-		*own = entry{hash: k.hash, windowMs: ms, epoch: ep, seq: own.seq}
+		*own = entry{hash: k.hash, windowMs: ms, epoch: ep, stamp: own.stamp}
 	}
 	own.roll(ep)
 	l := k.local
@@ -123,7 +123,12 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 
 	l.lease, l.leaseEpoch = uint64(lease), ep
 	ttl := 2 * interval
-	own.seq++
+	// The stamp: this node's wall time, past the last one so that peers
+	// take every change as news. Raised past the clock (more than one
+	// change within a millisecond), it may fall in the next window; the
+	// entry's counts move with it, so its window is its stamp's.
+	own.stamp = max(own.stamp+1, now.ms())
+	own.roll(own.stamp / ms)
 	if !k.dirty {
 		k.dirty = true
 		t.changed = append(t.changed, k)

@@ -16,19 +16,22 @@ import (
 //     incarnation or window adds an entry beside X's own and never
 //     replaces it, so X's own updates go on counting. Within one
 //     incarnation and window, counts only grow (the G-counter) and the
-//     other fields follow the highest sequence number.
-//   - Every field is bounded to what a live peer sends: epochs at most
-//     maxEpochAhead windows past this node's, lease TTLs at most
-//     maxLeaseTTL, leases at most the policy's capacity (in sync), sequence
-//     numbers and counts at most maxCount (in decode).
+//     other fields follow the latest stamp.
+//   - Every field is bounded to what a live peer sends: stamps at most
+//     one window past this node's wall time, lease TTLs at most
+//     maxLeaseTTL, leases at most the policy's capacity (in sync), counts
+//     at most maxCount (in decode).
+//
+// The stamp bound is what makes X's lease, demand and weight X's: a
+// forger who knows X's incarnation can send X's entry stamped ahead of
+// X's own, but at most a window (plus the clocks' skew) ahead, so X's
+// own stamps, its wall time when it syncs, pass the forged one within
+// about a window, and X's own figures stand again. A bound on a
+// sequence number counted from 1 could not do that: X's would never
+// catch up with a forged 2^53.
 //   - A farewell frees X's share only until X is heard from again.
 
 const (
-	// maxEpochAhead is how many windows past this node's current one a
-	// peer's epoch may be: clocks disagree by less than a window or two
-	// in a fleet that limits anything; an entry further ahead is refused
-	// (it would hide the peer's real counts until that window came).
-	maxEpochAhead = 1
 	// maxLeaseTTL bounds how long a peer's lease stands here, whatever it
 	// claims: a node's TTL is two of its sync intervals.
 	maxLeaseTTL = 10 * time.Second
@@ -87,10 +90,16 @@ func (t *table) merge(m *message, now instant) {
 
 // mergeEntry merges one peer's entry for one key, and takes what the peer
 // newly consumed out of this node's reconstruction of the key's bucket.
-// It reports whether e was newer (a higher sequence number) than what the
-// table held.
+// It reports whether e was newer (a later stamp) than what the table
+// held.
+//
+// An entry stamped more than one window past this node's wall time is
+// refused: nodes must agree on the time within a window (or they would
+// count in different windows), and a stamp further ahead is forged. It
+// would hide the origin's counts in a window not yet come, and hold its
+// lease, demand and weight until its own clock got there.
 func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
-	if ep, _ := epochOf(now.wall, e.windowMs); e.epoch > ep+maxEpochAhead {
+	if e.stamp > now.ms()+e.windowMs {
 		t.dropped++
 		return false
 	}
@@ -121,13 +130,15 @@ func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
 		p.counts++
 	}
 	old := c.e
-	// The G-counter: per window, the larger count wins.
+	// The G-counter: per window, the larger count wins. The entry kept
+	// is the one with the later stamp, whose epoch is the later one
+	// too (both are stamp / windowMs), so ep is the kept entry's epoch.
 	ep := max(old.epoch, e.epoch)
 	cur := max(old.countAt(ep), e.countAt(ep))
 	prev := max(old.countAt(ep-1), e.countAt(ep-1))
 	delta := (cur - old.countAt(ep)) + (prev - old.countAt(ep-1))
 	next := old
-	newer := e.seq > old.seq
+	newer := e.stamp > old.stamp
 	if newer {
 		next = *e
 		next.ttlMs = min(next.ttlMs, uint64(maxLeaseTTL/time.Millisecond))

@@ -15,7 +15,7 @@ import (
 //
 // Counts merge by max per window, so a message applied twice, late or out
 // of order changes nothing it should not. Leases, demands and weights are
-// not counters: the newest (highest seq) wins.
+// not counters: the newest (latest stamp) wins.
 
 const (
 	// refresh is how often an unchanged entry is sent again, so that a
@@ -55,13 +55,13 @@ type count struct {
 	p      *peer
 	inc    uint64
 	e      entry
-	recvAt int64 // when e.seq last advanced (mono)
+	recvAt int64 // when e.stamp last advanced (mono)
 }
 
 // key is one key's state.
 type key struct {
 	hash  uint64
-	own   entry // this node's entry; seq is 0 until the key is used here
+	own   entry // this node's entry; stamp is 0 until the key is used here
 	local *use  // this node's use of the key; nil if only peers use it
 	peers []count
 	sent  int64 // when own was last queued for sending (mono)
@@ -112,6 +112,9 @@ func newTable(self string, inc uint64, cfg *Config) *table {
 		forget:     int64(10 * cfg.Grace),
 	}
 }
+
+// ms is the wall time in Unix milliseconds, 0 before 1970.
+func (i instant) ms() uint64 { return uint64(max(i.wall, 0)) / uint64(time.Millisecond) }
 
 // epochOf is the window wall falls in, for a window of ms milliseconds,
 // and how far into it wall is, in [0, 1).
@@ -244,7 +247,7 @@ func (t *table) pending(now instant, f func(k *key)) {
 	clear(t.changed) // every changed key is seen below
 	t.changed = t.changed[:0]
 	for _, k := range t.keys {
-		if k.local == nil || k.own.seq == 0 {
+		if k.local == nil || k.own.stamp == 0 {
 			continue
 		}
 		if k.dirty || now.mono-k.sent >= int64(refresh) && t.inUse(k, now) {
@@ -270,7 +273,7 @@ func (t *table) flushChanged(now instant, f func(k *key)) {
 // inUse reports whether this node has counted k and synced it within the
 // grace period: its entry is still news to peers.
 func (t *table) inUse(k *key, now instant) bool {
-	return k.own.seq != 0 && k.local != nil && now.mono-k.local.usedAt <= t.grace
+	return k.own.stamp != 0 && k.local != nil && now.mono-k.local.usedAt <= t.grace
 }
 
 // gc forgets what can no longer matter: keys nobody has counted in the
@@ -294,7 +297,7 @@ func (t *table) gc(now instant) {
 		clear(k.peers[len(keep):])
 		k.peers = keep
 		if len(keep) == 0 {
-			if k.own.seq != 0 {
+			if k.own.stamp != 0 {
 				ep, _ := epochOf(now.wall, k.own.windowMs)
 				if k.own.epoch+1 >= ep {
 					continue
@@ -321,7 +324,7 @@ func (t *table) snapshot(w *encoder, max int, now instant) []byte {
 	order := []origin{{t.self, t.self.inc}}
 	n := 0
 	for _, k := range t.keys {
-		if n < max && k.own.seq != 0 && t.matters(&k.own, now) {
+		if n < max && k.own.stamp != 0 && t.matters(&k.own, now) {
 			groups[order[0]] = append(groups[order[0]], &k.own)
 			n++
 		}

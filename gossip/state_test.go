@@ -27,10 +27,13 @@ func updateFrom(origin string, inc uint64, e entry) *message {
 	return &message{kind: kindUpdate, sections: []section{{name: []byte(origin), inc: inc, entries: []entry{e}}}}
 }
 
-func peerEntry(key string, at instant, cur, seq uint64) entry {
-	ep, _ := epochOf(at.wall, uint64(sw.Window/time.Millisecond))
-	return entry{hash: xxh3.HashString(key), windowMs: uint64(sw.Window / time.Millisecond), epoch: ep,
-		cur: cur, seq: seq, demand: 10, ttlMs: 200, weight: weightScale / 2}
+// peerEntry is a peer's entry for key under sw, stamped tick ms after
+// at: a later tick is a later change.
+func peerEntry(key string, at instant, cur, tick uint64) entry {
+	ms := uint64(sw.Window / time.Millisecond)
+	stamp := at.ms() + tick
+	return entry{hash: xxh3.HashString(key), windowMs: ms, stamp: stamp, epoch: stamp / ms,
+		cur: cur, demand: 10, ttlMs: 200, weight: weightScale / 2}
 }
 
 func grant(t *testing.T, tab *table, key string, consumed, demand int64, at instant) global.Grant {
@@ -54,7 +57,7 @@ func TestMergeIsAJoin(t *testing.T) {
 		g := grant(t, tab, "k", 0, 0, t0)
 		assert.Equal(t, int64(9), g.Used, "counts merge by max, whatever the order or repetition")
 		k := tab.keys[xxh3.HashString("k")]
-		assert.Equal(t, uint64(3), k.peers[0].e.seq, "the newest lease wins")
+		assert.Equal(t, c.stamp, k.peers[0].e.stamp, "the newest lease wins")
 	}
 }
 
@@ -152,7 +155,7 @@ func TestWaterFilling(t *testing.T) {
 	h := xxh3.HashString("k")
 	for i, d := range []uint64{10, 200} {
 		tab.join(string(rune('p'+i)), "")
-		e := entry{hash: h, windowMs: 1000, epoch: 1, seq: 1, demand: d, ttlMs: 200}
+		e := entry{hash: h, windowMs: 1000, stamp: 1000, epoch: 1, demand: d, ttlMs: 200}
 		tab.merge(updateFrom(string(rune('p'+i)), 1, e), t0)
 	}
 	// This node wants 50/s; the limit is 100/s; p wants 10/s and gets
@@ -178,7 +181,7 @@ func TestTokenBucketLeases(t *testing.T) {
 	assert.Equal(t, int64(20), g.Lease, "0.2 s refills 20 tokens")
 	// A peer's consumption comes out of this node's view of the bucket.
 	tab.join("p", "")
-	tab.merge(updateFrom("p", 1, entry{hash: xxh3.HashString("k"), windowMs: 1000, epoch: 1, cur: 50, seq: 1}), t0.add(time.Second))
+	tab.merge(updateFrom("p", 1, entry{hash: xxh3.HashString("k"), windowMs: 1000, stamp: 1000, epoch: 1, cur: 50}), t0.add(time.Second))
 	g = use(20, 100, t0.add(time.Second))
 	assert.InDelta(t, 100-20-50, 100-g.Used, 1, "20 left, refilled by 80 over 0.8 s, less 20 spent here and 50 there")
 }

@@ -6,12 +6,12 @@ import (
 	"fmt"
 )
 
-// The wire format, version 1. Every message, whether piggybacked on
+// The wire format, version 2. Every message, whether piggybacked on
 // memberlist's UDP gossip, sent over a reliable stream, or exchanged in a
 // push/pull, is:
 //
 //	magic     1 byte   0xB7
-//	version   1 byte   1
+//	version   1 byte   2
 //	kind      1 byte   kindUpdate, kindState or kindLeave
 //	origins   uvarint  number of origin sections, at least 1
 //	then, per origin:
@@ -22,14 +22,22 @@ import (
 //	  then, per entry:
 //	    hash      8 bytes, little endian: xxh3 of the key
 //	    windowMs  uvarint  the key's window in milliseconds
-//	    epoch     uvarint  the origin's current window: Unix time / window
-//	    cur       uvarint  consumed in window epoch
+//	    stamp     uvarint  when the origin last changed the entry, Unix ms
+//	    cur       uvarint  consumed in window epoch = stamp / windowMs
 //	    prev      uvarint  consumed in window epoch-1
-//	    seq       uvarint  the origin's sequence number for the key, from 1
 //	    reserved  uvarint  the origin's lease at its last sync
 //	    ttlMs     uvarint  how long that lease stands, in milliseconds
 //	    demand    uvarint  the origin's demand, requests per second
 //	    weight    2 bytes, little endian: the origin's share, out of 65535
+//
+// The stamp is the entry's version and its window at once: the origin's
+// wall time (anchored to its monotonic clock, so it never steps back),
+// raised past the previous stamp so that it grows with every change.
+// Version 1 sent an epoch and a sequence number counted from 1 instead;
+// a forged sequence number far ahead held the origin's lease, demand
+// and weight for the rest of its run, where a stamp can be at most a
+// window ahead of the receiver's clock (merge.go), so a forged one is
+// overtaken by the origin's own within about a window.
 //
 // Updates carry the sender's own entries; states (push/pull snapshots)
 // carry everything the sender knows, relayed from any origin; a leave is
@@ -39,7 +47,7 @@ import (
 
 const (
 	magic      = 0xB7
-	version    = 1
+	version    = 2
 	kindUpdate = 1
 	kindState  = 2
 	kindLeave  = 3
@@ -47,8 +55,8 @@ const (
 	headerLen   = 3
 	maxNameLen  = 255
 	maxMessage  = 1 << 20 // what a decoder accepts
-	minEntryLen = 8 + 8 + 2
-	maxEntryLen = 8 + 8*binary.MaxVarintLen64 + 2
+	minEntryLen = 8 + 7 + 2
+	maxEntryLen = 8 + 7*binary.MaxVarintLen64 + 2
 
 	// Sanity caps on values from the network: a count or a window past
 	// these is a corrupt or hostile message, not a real fleet.
@@ -64,10 +72,10 @@ var errMalformed = errors.New("gossip: malformed message")
 type entry struct {
 	hash     uint64
 	windowMs uint64
-	epoch    uint64
+	stamp    uint64 // when the origin last changed it, Unix ms; 0 for an own entry not yet used
+	epoch    uint64 // stamp / windowMs: the window cur counts in
 	cur      uint64
 	prev     uint64
-	seq      uint64
 	reserved uint64
 	ttlMs    uint64
 	demand   uint64
@@ -151,10 +159,9 @@ func (m *message) decode(b []byte) error {
 			var e entry
 			e.hash = r.uint64()
 			e.windowMs = r.uvarint()
-			e.epoch = r.uvarint()
+			e.stamp = r.uvarint()
 			e.cur = r.uvarint()
 			e.prev = r.uvarint()
-			e.seq = r.uvarint()
 			e.reserved = r.uvarint()
 			e.ttlMs = r.uvarint()
 			e.demand = r.uvarint()
@@ -165,6 +172,7 @@ func (m *message) decode(b []byte) error {
 			if err := e.check(); err != nil {
 				return err
 			}
+			e.epoch = e.stamp / e.windowMs
 			m.pool = append(m.pool, e)
 		}
 		s.entries = m.pool[start:len(m.pool):len(m.pool)]
@@ -181,11 +189,10 @@ func (e *entry) check() error {
 	switch {
 	case e.windowMs == 0 || e.windowMs > maxWindowMs:
 		return fmt.Errorf("%w: window of %d ms", errMalformed, e.windowMs)
-	case e.epoch == 0 || e.epoch > maxCount:
-		return fmt.Errorf("%w: epoch %d", errMalformed, e.epoch)
-	case e.seq == 0 || e.seq > maxCount:
-		// A node numbers a key's entries from 1, once per sync.
-		return fmt.Errorf("%w: sequence number %d", errMalformed, e.seq)
+	case e.stamp < e.windowMs || e.stamp > maxCount:
+		// A stamp is a Unix time in milliseconds: it falls in no
+		// window before the first, and 2^53 ms is 285,000 years away.
+		return fmt.Errorf("%w: stamp %d for a window of %d ms", errMalformed, e.stamp, e.windowMs)
 	case e.cur > maxCount || e.prev > maxCount || e.reserved > maxCount || e.demand > maxCount:
 		return fmt.Errorf("%w: count out of range", errMalformed)
 	case e.ttlMs > maxTTLms:
@@ -301,10 +308,9 @@ func (w *encoder) closeSection() {
 func (w *encoder) entry(e *entry) {
 	w.b = binary.LittleEndian.AppendUint64(w.b, e.hash)
 	w.b = binary.AppendUvarint(w.b, e.windowMs)
-	w.b = binary.AppendUvarint(w.b, e.epoch)
+	w.b = binary.AppendUvarint(w.b, e.stamp)
 	w.b = binary.AppendUvarint(w.b, e.cur)
 	w.b = binary.AppendUvarint(w.b, e.prev)
-	w.b = binary.AppendUvarint(w.b, e.seq)
 	w.b = binary.AppendUvarint(w.b, e.reserved)
 	w.b = binary.AppendUvarint(w.b, e.ttlMs)
 	w.b = binary.AppendUvarint(w.b, e.demand)

@@ -8,7 +8,7 @@ import (
 )
 
 func sample(h uint64) entry {
-	return entry{hash: h, windowMs: 1000, epoch: 1_763_900_000, cur: 42, prev: 7, seq: 9,
+	return entry{hash: h, windowMs: 1000, stamp: 1_763_900_000_009, epoch: 1_763_900_000, cur: 42, prev: 7,
 		reserved: 20, ttlMs: 200, demand: 400, weight: 13107}
 }
 
@@ -21,8 +21,8 @@ func TestWireRoundTrip(t *testing.T) {
 	}{
 		{"one entry", kindUpdate, map[string][]entry{"node-1": {sample(1)}}},
 		{"many entries", kindUpdate, map[string][]entry{"node-1": {sample(1), sample(2), sample(3)}}},
-		{"large values", kindState, map[string][]entry{"n": {{hash: ^uint64(0), windowMs: maxWindowMs, epoch: maxCount,
-			cur: maxCount, prev: maxCount, seq: maxCount, reserved: maxCount, ttlMs: maxTTLms, demand: maxCount, weight: 65535}}}},
+		{"large values", kindState, map[string][]entry{"n": {{hash: ^uint64(0), windowMs: maxWindowMs, stamp: maxCount,
+			epoch: maxCount / maxWindowMs, cur: maxCount, prev: maxCount, reserved: maxCount, ttlMs: maxTTLms, demand: maxCount, weight: 65535}}}},
 		{"several origins", kindState, map[string][]entry{"a": {sample(1)}, "b": {sample(2), sample(3)}, "c": {sample(4)}}},
 	}
 	for _, tt := range tests {
@@ -75,20 +75,21 @@ func TestWireRejects(t *testing.T) {
 		{"empty", nil},
 		{"header only", good[:3]},
 		{"bad magic", mutate(func(b []byte) []byte { b[0] = 0; return b })},
-		{"future version", mutate(func(b []byte) []byte { b[1] = 2; return b })},
+		{"future version", mutate(func(b []byte) []byte { b[1] = version + 1; return b })},
+		{"version 1 (epoch and seq)", mutate(func(b []byte) []byte { b[1] = 1; return b })},
 		{"unknown kind", mutate(func(b []byte) []byte { b[2] = 9; return b })},
 		{"truncated", good[:len(good)-1]},
 		{"trailing bytes", append(mutate(func(b []byte) []byte { return b }), 0)},
 		{"no origins", []byte{magic, version, kindUpdate, 0}},
 		{"huge count", []byte{magic, version, kindUpdate, 1, 1, 'a', 1, 0xff, 0xff, 0x03, 0, 0, 0}},
 		{"long name", []byte{magic, version, kindUpdate, 1, 0xff, 0x03, 'a', 'b', 'c'}},
-		{"zero window", encode(entry{hash: 1, epoch: 1, seq: 1})},
-		{"zero epoch", encode(entry{hash: 1, windowMs: 1, seq: 1})},
-		{"zero seq", encode(entry{hash: 1, windowMs: 1, epoch: 1})},
-		{"seq past the cap", encode(entry{hash: 1, windowMs: 1, epoch: 1, seq: maxCount + 1})},
+		{"zero window", encode(entry{hash: 1, stamp: 1})},
+		{"zero stamp", encode(entry{hash: 1, windowMs: 1})},
+		{"stamp before the first window", encode(entry{hash: 1, windowMs: 1000, stamp: 999})},
+		{"stamp past the cap", encode(entry{hash: 1, windowMs: 1, stamp: maxCount + 1})},
 		{"zero incarnation", []byte{magic, version, kindUpdate, 1, 1, 'a', 0, 0}},
-		{"count past the cap", encode(entry{hash: 1, windowMs: 1, epoch: 1, cur: maxCount + 1})},
-		{"TTL past the cap", encode(entry{hash: 1, windowMs: 1, epoch: 1, ttlMs: maxTTLms + 1})},
+		{"count past the cap", encode(entry{hash: 1, windowMs: 1, stamp: 1, cur: maxCount + 1})},
+		{"TTL past the cap", encode(entry{hash: 1, windowMs: 1, stamp: 1, ttlMs: maxTTLms + 1})},
 		{"oversized", make([]byte, maxMessage+1)},
 	}
 	for _, tt := range tests {
