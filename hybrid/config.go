@@ -208,7 +208,11 @@ type Config struct {
 	// fleet operations and a larger overshoot bound: see docs/tuning.md.
 	Interval time.Duration
 
-	// SyncTimeout bounds one sync's round trip. Default Interval.
+	// SyncTimeout bounds one sync's round trip. Default Interval. Once
+	// syncs running out of time have opened the fleet's circuit breaker,
+	// each probe may take twice as long as the last, up to four times
+	// SyncTimeout, until one succeeds: a sync on a new connection to a
+	// distant Redis takes three round trips.
 	SyncTimeout time.Duration
 
 	// StrictTimeout bounds one Strict decision's round trip. Default

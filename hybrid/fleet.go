@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +24,50 @@ type fleet struct {
 	closed atomic.Bool // br is closed: strict decisions and early syncs may call
 	clean  atomic.Bool // br is closed with no failure counted: a success changes nothing
 
-	req global.Request // the sync loop's scratch, under Limiter.syncMu
+	req      global.Request // the sync loop's scratch, under Limiter.syncMu
+	stretch  time.Duration  // how long the next probe may take, if more than SyncTimeout; under Limiter.syncMu
+	answered bool           // another fleet answered the sync in progress; under Limiter.syncMu
+}
+
+// maxStretch bounds how far syncTimeout stretches SyncTimeout.
+const maxStretch = 4
+
+// syncTimeout is how long a sync with f may take: base (SyncTimeout),
+// or, for a probe of an open breaker after syncs that ran out of time,
+// when no other fleet has answered this sync, up to maxStretch times more. A sync on a new connection to a distant
+// Redis takes three round trips (dial, handshake, the scripts), 153 ms
+// at 50 ms away, and a timeout drops the connection, so at a bound of
+// one 100 ms interval no sync ever finished and the node stayed Degraded
+// for good. Only such probes stretch: while the breaker is closed a sync
+// that hangs keeps the Failover waiting, and its first failures should
+// open the breaker fast; and a probe after the Failover answered holds up
+// the sync loop while the Failover's leases run out (stretching every
+// sync, or every probe, made a fleet that lost Redis admit 812-878/s
+// instead of 999/s of its 1,000/s over gossip). Sync loop only.
+func (f *fleet) syncTimeout(base time.Duration) time.Duration {
+	if f.closed.Load() || f.answered {
+		return base
+	}
+	return max(base, f.stretch)
+}
+
+// timed records a sync's outcome for syncTimeout: a sync that ran out of
+// time doubles the next probe's bound, one that succeeds restores base.
+func (f *fleet) timed(base time.Duration, err error) {
+	switch {
+	case err == nil:
+		f.stretch = 0
+	case timedOut(err):
+		f.stretch = min(2*max(base, f.stretch), maxStretch*base)
+	}
+}
+
+// timedOut reports whether err says a call ran out of time: its context's
+// deadline, or a socket's (go-redis sets the connection's deadline from
+// the context's, and reports an i/o timeout).
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 func newFleet(s global.Syncer, name string, cfg partition.BreakerConfig) *fleet {
@@ -98,7 +142,7 @@ func (l *Limiter) call(ctx context.Context, f *fleet, i int, batch []*keyState, 
 		u.Series, u.Total = k.seriesOf(l.syncs.rng, marks[j].s0)
 		req.Keys = append(req.Keys, u)
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+	ctx, cancel := context.WithTimeout(ctx, f.syncTimeout(l.cfg.SyncTimeout))
 	resp, err := f.sync(ctx, req)
 	cancel()
 	if err == nil {

@@ -327,7 +327,7 @@ type target struct {
 // lease script and moves to its shards, in the same sync. The grants are
 // folded into one per key. syncMu is held.
 func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, marks []mark) (*global.Response, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+	ctx, cancel := context.WithTimeout(ctx, f.syncTimeout(l.cfg.SyncTimeout))
 	defer cancel()
 	s := &l.syncs
 	s.consumed = s.consumed[:0]

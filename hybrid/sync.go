@@ -195,8 +195,10 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 		// plus timeout.
 		start := l.now()
 		sent := l.wall(start)
+		f.answered = chosen != nil
 		resp, err := l.call(ctx, f, i, batch, s.marks)
 		f.result(sent, err)
+		f.timed(l.cfg.SyncTimeout, err)
 		if err != nil {
 			for _, k := range batch {
 				k.forgetStale(i)
