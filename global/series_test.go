@@ -2,6 +2,7 @@ package global_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // TestReportsIdempotent sends, on a real Redis, reports that a lost
@@ -69,4 +71,23 @@ func TestSeriesValidated(t *testing.T) {
 		assert.ErrorIs(t, g.Err, global.ErrInvalid)
 	}
 	assert.NoError(t, resp.Grants[3].Err)
+}
+
+// TestFallbackValidated: a Request's Fallback steps must grow and their
+// factors lie in [0, 1]; the last may last for ever (Until 0).
+func TestFallbackValidated(t *testing.T) {
+	t.Parallel()
+	ok := &global.Request{Node: "n", Interval: time.Second, Fallback: partition.DefaultSteps}
+	require.NoError(t, ok.Validate())
+	for _, steps := range [][]partition.Step{
+		{{Until: time.Second, Factor: math.NaN()}},
+		{{Until: time.Second, Factor: -0.1}},
+		{{Until: time.Second, Factor: 1.5}},
+		{{Until: -time.Second, Factor: 1}},
+		{{Until: time.Second, Factor: 1}, {Until: time.Second, Factor: 0.5}},
+		{{Until: 0, Factor: 1}, {Until: time.Second, Factor: 0.5}},
+	} {
+		r := &global.Request{Node: "n", Interval: time.Second, Fallback: steps}
+		assert.ErrorIs(t, r.Validate(), global.ErrInvalid, "%+v", steps)
+	}
 }
