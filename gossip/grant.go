@@ -215,7 +215,13 @@ func (t *table) weight(k *key, rate uint64, shares global.Shares, now instant) (
 		return 0, n
 	}
 	avail := max(0, 1-reserved)
-	perSec := float64(k.local.limit.Limit) / k.local.limit.Window.Seconds()
+	// Demands carry the Limiter's headroom over its forecast; the
+	// water-filling weighs forecasts against the rate, so that a light
+	// node is not given half again what it uses while a heavy one is
+	// refused (8 nodes, one taking 80% at twice the limit: 20% of what
+	// the ideal admits was refused). Every node scales every demand
+	// alike, so the weights still sum to what the silent leave.
+	perSec := float64(k.local.limit.Limit) / k.local.limit.Window.Seconds() * demandHeadroom
 	capacity := perSec * avail
 	total := 0.0
 	for _, d := range demands {
@@ -234,3 +240,7 @@ func (t *table) weight(k *key, rate uint64, shares global.Shares, now instant) (
 	}
 	return float64(rate) / perSec, n
 }
+
+// demandHeadroom is how much more than its forecast a hybrid Limiter
+// asks for (hybrid's headroom): the water-filling takes it back out.
+const demandHeadroom = 1.5
