@@ -101,9 +101,6 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		l.meterAt = now.mono
 		free := l.level - others
 		lease = clampLease(demand, l.meter, free)
-		if slack := slackOf(lim, interval, free, nodes, l.meter); demand > 0 && slack > lease {
-			lease = slack
-		}
 		remaining = saturate(free - float64(lease))
 		used = B - l.level
 		resetAfter = time.Duration(saturate((B - l.level) / perNs))
@@ -158,24 +155,6 @@ func clampLease(demand int64, share, free float64) int64 {
 		return 0
 	}
 	g := math.Floor(min(float64(demand), share, free))
-	if g < 1 {
-		return 0
-	}
-	return int64(g)
-}
-
-// slackOf is the most a lease may take beyond the node's demand while
-// the key is far under its limit, as Redis's lease scripts give it: its
-// equal part of what is free, up to what the limit refills in two
-// intervals, and only while the interval is at most an eighth of the
-// window; here also never past the node's own meter, which is what bounds
-// a node whose view of the others lags (a split, a cold start).
-func slackOf(lim global.Limit, interval time.Duration, free float64, nodes int, meter float64) int64 {
-	if 8*interval > lim.Window || nodes < 1 {
-		return 0
-	}
-	most := math.Ceil(float64(lim.Limit) * 2 * float64(interval) / float64(lim.Window))
-	g := math.Floor(min(free/float64(nodes), most, meter))
 	if g < 1 {
 		return 0
 	}

@@ -262,30 +262,3 @@ func TestRestartedWithClockBehind(t *testing.T) {
 	tab.merge(updateFrom("p", 50, peerEntry("k", t0, 900, 1)), t0) // the new run
 	assert.Equal(t, int64(900), grant(t, tab, "k", 0, 0, t0).Used)
 }
-
-// TestSlackLeases: while a key is far under its limit a node leases its
-// part of what is free, up to two intervals' refill, however little it
-// forecasts, so that a burst finds room, as Redis's lease scripts do.
-// Before, it leased its demand (5 here), and a zipf load of keys none
-// above 30% of its limit saw 0.93% of its requests refused (simulator, 8
-// nodes); now 0.055%.
-func TestSlackLeases(t *testing.T) {
-	t.Parallel()
-	tb := global.Limit{Limit: 1000, Window: time.Second}
-	tests := []struct {
-		name     string
-		interval time.Duration
-		demand   int64
-		lease    int64
-	}{
-		{"far under the limit: two intervals' refill", 100 * time.Millisecond, 5, 200},
-		{"no demand, no lease", 100 * time.Millisecond, 0, 0},
-		{"an interval past an eighth of the window: the demand", 200 * time.Millisecond, 5, 5},
-	}
-	for _, tt := range tests {
-		tab := testTable()
-		g := tab.sync(&global.Usage{Key: "k", Limit: tb, Demand: tt.demand}, tt.interval, global.DemandWeighted, t0)
-		require.NoError(t, g.Err)
-		assert.Equal(t, tt.lease, g.Lease, tt.name)
-	}
-}
