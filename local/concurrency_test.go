@@ -99,6 +99,7 @@ func TestResizeLosesNothing(t *testing.T) {
 			l, _ := newManual(t, local.Config{Algorithm: alg, Limit: limit, Window: time.Hour})
 			stop := make(chan struct{})
 			resized := make(chan int)
+			first := make(chan struct{}) // the resizer is running before the hammer starts
 			go func() {
 				n := 0
 				for {
@@ -111,9 +112,12 @@ func TestResizeLosesNothing(t *testing.T) {
 					if err := l.SetLimit("hot", limit, limit); err != nil {
 						panic(err)
 					}
-					n++
+					if n++; n == 1 {
+						close(first)
+					}
 				}
 			}()
+			<-first
 			got := hammer(l, "hot", 8, 400)
 			close(stop)
 			n := <-resized
