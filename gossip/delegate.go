@@ -115,8 +115,10 @@ type Stats struct {
 	// stream, and OutboxDropped those dropped because the sender was
 	// behind.
 	Queued, Streamed, StreamFailures, OutboxDropped uint64
-	// Joins and JoinFailures count attempts to join seeds or lost peers.
-	Joins, JoinFailures uint64
+	// Joins and JoinFailures count attempts to join seeds or lost peers;
+	// SeedLookupFailures, seed names that failed to resolve (each
+	// LookupHost call that erred or found no address).
+	Joins, JoinFailures, SeedLookupFailures uint64
 	// Keys and Peers are the table's size now.
 	Keys, Peers int
 }
@@ -124,7 +126,7 @@ type Stats struct {
 type counters struct {
 	received, malformed, inboxDropped               atomic.Uint64
 	queued, streamed, streamFailures, outboxDropped atomic.Uint64
-	joins, joinFailures                             atomic.Uint64
+	joins, joinFailures, seedLookupFailures         atomic.Uint64
 }
 
 // Stats returns the node's counters.
@@ -136,6 +138,7 @@ func (g *Gossip) Stats() Stats {
 		Queued:       s.queued.Load(), Streamed: s.streamed.Load(),
 		StreamFailures: s.streamFailures.Load(), OutboxDropped: s.outboxDropped.Load(),
 		Joins: s.joins.Load(), JoinFailures: s.joinFailures.Load(),
+		SeedLookupFailures: s.seedLookupFailures.Load(),
 	}
 	g.lock()
 	st.Keys, st.Peers, st.Refused = len(g.core.tab.keys), len(g.core.tab.peers)-1, g.core.tab.dropped

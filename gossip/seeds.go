@@ -58,6 +58,7 @@ func (g *Gossip) resolveSeeds(ctx context.Context) seedSet {
 				err = errors.New("no addresses")
 			}
 			if err != nil {
+				g.stats.seedLookupFailures.Add(1)
 				errs = append(errs, fmt.Errorf("resolving seed %q: %w", seed, err))
 				continue
 			}

@@ -113,6 +113,11 @@ func TestSeedLookupFailureIsVisible(t *testing.T) {
 			_, err = g.Sync(t.Context(), &global.Request{Interval: time.Second})
 			require.ErrorIs(t, err, global.ErrUnreachable)
 			assert.ErrorContains(t, err, tt.want)
+			if tt.want == "limits.invalid" {
+				assert.Positive(t, g.Stats().SeedLookupFailures, "Stats counts the failed lookups")
+			} else {
+				assert.Zero(t, g.Stats().SeedLookupFailures)
+			}
 		})
 	}
 }
