@@ -86,6 +86,7 @@ func TestFallbackValidated(t *testing.T) {
 		{{Until: -time.Second, Factor: 1}},
 		{{Until: time.Second, Factor: 1}, {Until: time.Second, Factor: 0.5}},
 		{{Until: 0, Factor: 1}, {Until: time.Second, Factor: 0.5}},
+		make([]partition.Step, global.MaxFallbackSteps+1),
 	} {
 		r := &global.Request{Node: "n", Interval: time.Second, Fallback: steps}
 		assert.ErrorIs(t, r.Validate(), global.ErrInvalid, "%+v", steps)

@@ -122,6 +122,10 @@ type Request struct {
 	Fallback []partition.Step
 }
 
+// MaxFallbackSteps is the most steps a Request.Fallback may have: a
+// store walks them for every silent node of every key it leases.
+const MaxFallbackSteps = 16
+
 // Validate reports, wrapping ErrInvalid, what makes r unusable by any
 // Syncer: nil, a non-positive Interval, an unknown Shares. (Keys are
 // checked one by one, each failing its own Grant.)
@@ -133,6 +137,9 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: Request.Interval is %v; it must be positive", ErrInvalid, r.Interval)
 	case r.Shares != DemandWeighted && r.Shares != Equal:
 		return fmt.Errorf("%w: Request.Shares %d is not a known strategy", ErrInvalid, int(r.Shares))
+	}
+	if len(r.Fallback) > MaxFallbackSteps {
+		return fmt.Errorf("%w: Request.Fallback has %d steps; at most MaxFallbackSteps (%d)", ErrInvalid, len(r.Fallback), MaxFallbackSteps)
 	}
 	var last time.Duration
 	for i, st := range r.Fallback {

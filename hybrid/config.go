@@ -421,6 +421,9 @@ func (c Config) withDefaults() (Config, error) {
 	if _, err := partition.NewBreaker(c.Breaker); err != nil {
 		return c, fmt.Errorf("hybrid: Config.Breaker: %w", err)
 	}
+	if n := len(c.Ladder.Steps); n > global.MaxFallbackSteps {
+		return c, fmt.Errorf("hybrid: Config.Ladder.Steps has %d steps; the fleet is told them with every sync, so at most global.MaxFallbackSteps (%d)", n, global.MaxFallbackSteps)
+	}
 	if _, err := partition.NewLadder(c.Ladder); err != nil {
 		return c, fmt.Errorf("hybrid: Config.Ladder: %w", err)
 	}

@@ -456,6 +456,7 @@ func TestConfigErrors(t *testing.T) {
 		{"fleet size", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, FleetSize: -1}, "Config.FleetSize"},
 		{"breaker", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Breaker: partition.BreakerConfig{Cooldown: -1}}, "Config.Breaker: partition: BreakerConfig.Cooldown"},
 		{"ladder", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Ladder: partition.LadderConfig{Floor: 2}}, "Config.Ladder: partition: LadderConfig.Floor"},
+		{"ladder steps", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Ladder: partition.LadderConfig{Steps: manySteps(global.MaxFallbackSteps + 1)}}, "Config.Ladder.Steps has 17 steps"},
 		{"strict no decider", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Mode: hybrid.Strict, Limit: 1, Window: time.Second}}, Syncer: s}, "implements StrictDecider"},
 	}
 	for _, tt := range tests {
@@ -482,4 +483,14 @@ func TestRatePolicy(t *testing.T) {
 	// node's equal share of 2000/s * 100 ms = 200, then to the burst.
 	assert.Equal(t, int64(50), s.last().Demand)
 	assert.Equal(t, global.Limit{Limit: 2_000_000, Window: 1000 * time.Second, Burst: 50}, s.last().Limit)
+}
+
+// manySteps is a valid ladder of n steps.
+func manySteps(n int) []partition.Step {
+	steps := make([]partition.Step, n)
+	for i := range steps {
+		steps[i] = partition.Step{Until: time.Duration(i+1) * time.Second, Factor: 0.5}
+	}
+	steps[n-1].Until = 0
+	return steps
 }
