@@ -87,9 +87,10 @@ func TestFleetAccuracy(t *testing.T) {
 			} else {
 				// Measured against the ideal fed the same arrivals: on a
 				// starved machine the arrivals themselves bunch. Under
-				// -race on 2 cores the busiest window measured 1,026-1,067
-				// for a bound of 1,103 in 20 runs, and 1,106 once: 1%
-				// for scheduling noise.
+				// -race on 2 cores the busiest window measured
+				// 1,012-1,045 in 30 runs for a bound of 1,103 (1,019-1,140
+				// before leases shared what is free); 1% for scheduling
+				// noise.
 				most := max(limit, float64(ir.MaxInWindowFrom(window, window)))
 				assert.LessOrEqual(t, float64(steady), most*lead*1.01, "admitted in one window after the burst")
 				assert.LessOrEqual(t, float64(got), 1.05*float64(ideal), "admitted overall")

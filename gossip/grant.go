@@ -100,7 +100,18 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		}
 		l.meterAt = now.mono
 		free := l.level - others
-		lease = clampLease(demand, l.meter, free)
+		// Each node takes only its weight's part of what is free: the
+		// nodes sync one after another from views a round apart, and at
+		// the limit a node refused last round holds no lease, so every
+		// node saw the whole free budget at once and took what it asked
+		// (5 nodes at twice the limit: 300 leased against 152 free
+		// every other round, and a window after a burst up to 14% over
+		// the limit). The meter alone does not bound this: it banks up
+		// to its part of the burst. What the weights leave is held
+		// back once, about one interval's refill (docs/gossip.md). A
+		// sliding window needs no such cut: its meter is its weight's
+		// part of the window's count, so the fleet's sum is the limit.
+		lease = clampLease(demand, l.meter, w*free)
 		remaining = saturate(free - float64(lease))
 		used = B - l.level
 		resetAfter = time.Duration(saturate((B - l.level) / perNs))

@@ -209,6 +209,41 @@ func TestWaterFillingLendsTheHeadroom(t *testing.T) {
 	assert.InDelta(t, 1, sum, 0.01, "the weights sum to one")
 }
 
+// TestLeasesShareWhatIsFree: five nodes at twice a token bucket's
+// limit, each seeing the same fleet: 152 tokens free and no peer
+// holding a lease (each was refused last round). Every node may lease
+// only its weight's part of what is free, so the five leases sum to what
+// is free. Before, each node took what it asked (60) from the whole free
+// budget: 300 leased against 152, every other round, and a window after
+// a burst admitted up to 14% over the limit over real memberlist
+// (TestFleetAccuracy). A sliding window's meter already bounds each
+// node to its weight's part of the window's count.
+func TestLeasesShareWhatIsFree(t *testing.T) {
+	t.Parallel()
+	names := []string{"a", "b", "c", "d", "e"}
+	lim := global.Limit{Limit: 1000, Window: time.Second}
+	h := xxh3.HashString("k")
+	ep := t0.ms() / 1000
+	leased := int64(0)
+	for _, self := range names {
+		cfg, _ := Config{Name: self}.withDefaults()
+		tab := newTable(self, 1, &cfg)
+		for _, p := range names {
+			if p == self {
+				continue
+			}
+			tab.join(p, "")
+			tab.merge(updateFrom(p, 1, entry{hash: h, windowMs: 1000, stamp: t0.ms(), epoch: ep, cur: 212, demand: 600, ttlMs: 200}), t0)
+		}
+		g := tab.sync(&global.Usage{Key: "k", Limit: lim, Demand: 60}, 100*time.Millisecond, global.DemandWeighted, t0)
+		require.NoError(t, g.Err)
+		assert.InDelta(t, 0.2, g.Weight, 1e-9)
+		assert.Positive(t, g.Lease, "a node at the limit with tokens free leases some")
+		leased += g.Lease
+	}
+	assert.LessOrEqual(t, leased, int64(1000-4*212), "the fleet's leases against what is free")
+}
+
 func TestTokenBucketLeases(t *testing.T) {
 	t.Parallel()
 	tab := testTable()
