@@ -23,6 +23,8 @@ type syncState struct {
 	marks     []mark
 	lastSweep int64
 	lastRoom  int64
+	deferred  int         // keys the last round left for the next
+	chunk     int         // the most keys a call carries: see syncRound
 	lastHot   int64       // when the hot-key sketch was last read
 	sharded   []*keyState // Strict keys sharded in Redis
 	consumed  []int64     // callLeases: each batch key's unreported consumption
@@ -33,6 +35,8 @@ type syncState struct {
 	spentAt   []int64  // each owed key's extra when its charge was sent
 	targets   []target // callLeases: what each Usage of a request is for
 	rtt       int64    // the sync round trip, a moving average (ns)
+	lastRound int64    // when the last regular round started
+	roundGap  int64    // the time between the last two regular rounds' starts, at most 4 Intervals
 }
 
 // mark is what a sync read from a key's counters when it started.
@@ -43,9 +47,13 @@ type mark struct {
 }
 
 // SyncOnce reports every active Hybrid key's consumption to the fleet and
-// installs the leases it grants, in one call to the Syncer (and one to the
-// Failover, if set). The background loop calls it every Interval; with
-// Config.ManualSync the caller does.
+// installs the leases it grants, in calls to the Syncer (and to the
+// Failover, if set) sized to take at most about half of SyncTimeout
+// each. The background loop calls it every Interval; with
+// Config.ManualSync the caller does. A round starts
+// no call after one Interval: keys it did not reach keep their leases
+// and go first in the next round (a node with more keys than a round
+// carries syncs each less often, and logs so; it is not an outage).
 //
 // An error means no fleet was reached (or one answered nonsense): leases
 // stand until they lapse, then each policy's FailMode decides, and what
@@ -57,10 +65,14 @@ func (l *Limiter) SyncOnce(ctx context.Context) error {
 	defer l.syncMu.Unlock()
 	now := l.now()
 	l.nextSync.Store(now + int64(l.cfg.Interval))
+	if s := &l.syncs; s.lastRound > 0 {
+		s.roundGap = min(now-s.lastRound, 4*int64(l.cfg.Interval))
+	}
+	l.syncs.lastRound = now
 	l.shardHot(ctx, now)
 	batch := l.collect(now)
 	l.tendLeaseShards(ctx, now, batch)
-	err := l.syncBatch(ctx, now, batch, regular)
+	err := l.syncRound(ctx, now, batch, regular, l.cfg.Interval)
 	l.chargeStrict(ctx, l.now(), l.syncs.owed, l.syncs.probe, len(batch) > 0)
 	return err
 }
@@ -300,12 +312,14 @@ func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
 
 // horizon is how long a lease granted now must last: until the grant
 // after next is installed, one interval and a round trip away (what is
-// spent during the next sync's round trip comes out of this lease). An
+// spent during the next sync's round trip comes out of this lease), or
+// more when rounds come further apart than the interval (a round of
+// many keys on a starved machine: see syncRound). An
 // interval longer than the window is cut to the window: a lease for more
 // than a window's traffic would be capped at the capacity anyway, and
 // the node refills early instead of refusing the rest of the interval.
 func (l *Limiter) horizon(p *policy) time.Duration {
-	return min(l.cfg.Interval, p.Window) + time.Duration(l.syncs.rtt)
+	return min(max(l.cfg.Interval, time.Duration(l.syncs.roundGap)), p.Window) + time.Duration(l.syncs.rtt)
 }
 
 // observeRTT folds one sync's round trip into the moving average; a
@@ -599,8 +613,8 @@ func (l *Limiter) earlyBatch(ctx context.Context, first *keyState) error {
 }
 
 // Close hands this node's leases back to the fleet, reporting the last of
-// its consumption, and stops the sync loop. It waits at most SyncTimeout
-// for the fleet. Afterwards the Limiter decides Hybrid and Strict keys as
+// its consumption, and stops the sync loop. It starts no call to the
+// fleet after SyncTimeout, and waits at most SyncTimeout for each; leases not handed back lapse. Afterwards the Limiter decides Hybrid and Strict keys as
 // if the fleet were unreachable. Close is safe to call more than once.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
@@ -614,7 +628,7 @@ func (l *Limiter) Close() error {
 		now := l.now()
 		batch := l.collect(now)
 		if len(batch) > 0 {
-			l.closeErr = l.syncBatch(context.Background(), now, batch, closing)
+			l.closeErr = l.syncRound(context.Background(), now, batch, closing, l.cfg.SyncTimeout)
 		}
 		// What Strict keys admitted without the store, and is not
 		// charged yet, is charged now or never.
