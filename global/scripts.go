@@ -42,6 +42,7 @@ import (
 var storedNum = `
 local huge = 4611686018427387904
 local maxShards = ` + strconv.Itoa(MaxShards) + `
+local maxLimit = ` + strconv.Itoa(MaxLimit) + `
 
 local function broken(why)
   error('CORRUPT ' .. why, 0)
@@ -65,6 +66,14 @@ end
 local function shardCount(v, what)
   local n = stored(v, what, 2)
   if n and (n > maxShards or n ~= math.floor(n)) then corrupt(what, v) end
+  return n
+end
+
+-- whole is v, a value read for what, as a whole number from lo to
+-- maxLimit (a report's series or Total), or nil if there was none.
+local function whole(v, what, lo)
+  local n = stored(v, what, lo)
+  if n and (n > maxLimit or n ~= math.floor(n)) then corrupt(what, v) end
   return n
 end
 
@@ -276,7 +285,7 @@ local rate = limit / window
 local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node, 'p:' .. node)
 local tokens = refill(stored(st[1], 'tokens', -huge) or burst, stored(st[2], 'ts', 0) or now, now, rate, burst)
 local series, upto
-consumed, series, upto = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), stored(st[5], 'k:' .. node, 0), stored(st[6], 'c:' .. node, 0))
+consumed, series, upto = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), whole(st[5], 'k:' .. node, 1), whole(st[6], 'c:' .. node, 0))
 local steps = stepsOf(13)
 
 -- Back from silence: what was reserved for this node was charged as
@@ -344,7 +353,7 @@ local w = math.floor(now / window)
 local st = redis.call('HMGET', key, 'w', 'cur', 'prev', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node)
 local cur, prevc = roll(w, st)
 local series, upto
-consumed, series, upto = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), stored(st[6], 'k:' .. node, 0), stored(st[7], 'c:' .. node, 0))
+consumed, series, upto = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), whole(st[6], 'k:' .. node, 1), whole(st[7], 'c:' .. node, 0))
 
 local prev = stored(st[4], 'l:' .. node, 0) or 0
 local lw = stored(st[5], 'g:' .. node, 0) or w
