@@ -67,3 +67,56 @@ func TestStoreMatchesRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreMatchesRedisSeries is TestStoreMatchesRedis for reports in a
+// series (Usage.Series, Total): sent again, folded, behind the series
+// (a late report, or one after a Cancel) with a live lease out, a new
+// series, and none.
+func TestStoreMatchesRedisSeries(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	client := srv.DeadlineClient(t)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
+	require.NoError(t, err)
+	steps := []struct {
+		node                    string
+		consumed, demand, total int64
+		series                  uint64
+	}{
+		{"a", 10, 300, 10, 7},
+		{"a", 10, 300, 10, 7},   // sent again: the lease given back, a new one
+		{"b", 0, 200, 0, 0},     // another node
+		{"a", 50, 600, 60, 7},   // the next report
+		{"a", 40, 0, 50, 7},     // a late one: the lease stays out
+		{"b", 100, 2000, 0, 0},  // contended
+		{"a", 600, 100, 660, 7}, // settles both leases
+		{"a", 5, 100, 5, 9},     // a new series
+		{"a", 5, 100, 0, 0},     // none
+	}
+	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+		for _, shares := range []global.Shares{global.DemandWeighted, global.Equal} {
+			key := fmt.Sprintf("series-%v-%v", alg, shares)
+			lim := global.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
+			st := &store{keys: map[string]*lease{}}
+			for i, s := range steps {
+				req := global.Request{Node: s.node, Interval: time.Second, Shares: shares,
+					Keys: []global.Usage{{Key: key, Limit: lim, Consumed: s.consumed, Demand: s.demand, Series: s.series, Total: s.total}}}
+				want, err := r.Sync(context.Background(), &req)
+				require.NoError(t, err)
+				now, err := client.Time(context.Background()).Result()
+				require.NoError(t, err)
+				o := &op{req: req}
+				st.apply(o, now.UnixMicro())
+				w, g := want.Grants[0], o.resp.Grants[0]
+				require.NoError(t, w.Err)
+				require.NoError(t, g.Err)
+				what := fmt.Sprintf("%v %v step %d (%+v)", alg, shares, i, s)
+				assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
+				assert.Equal(t, w.Used, g.Used, "used: %s", what)
+				assert.Equal(t, w.Remaining, g.Remaining, "remaining: %s", what)
+				assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
+				assert.InDelta(t, w.Weight, g.Weight, 1e-6, "weight: %s", what)
+			}
+		}
+	}
+}
