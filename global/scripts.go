@@ -287,18 +287,25 @@ local rate = limit / window
 
 local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node, 'p:' .. node)
 local tokens = refill(stored(st[1], 'tokens', -huge) or burst, stored(st[2], 'ts', 0) or now, now, rate, burst)
+local k = whole(st[5], 'k:' .. node, 1)
 local series, upto, behind
-consumed, series, upto, behind = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), whole(st[5], 'k:' .. node, 1), whole(st[6], 'c:' .. node, 0))
+consumed, series, upto, behind = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), k, whole(st[6], 'c:' .. node, 0))
 local steps = stepsOf(13)
 
 -- Back from silence: what was reserved for this node was charged as
 -- spent; what it reports is charged only beyond that. Nothing is given
 -- back: the reserve was taken from buckets long refilled, and the report
 -- holds only the last window or two of the silence (older consumption is
--- dropped by the node), so a refund would hand the fleet a burst.
+-- dropped by the node), so a refund would hand the fleet a burst. A
+-- report of a series other than the node's last (a restarted process)
+-- holds what was spent since it began, not while the node was silent:
+-- it is charged in full, and the reserve stands for what the old one
+-- spent.
 local reserved = stored(st[7], 'p:' .. node, 0)
 if reserved and not behind then
-  consumed = math.max(0, consumed - reserved)
+  if not (series and k and k ~= series) then
+    consumed = math.max(0, consumed - reserved)
+  end
   redis.call('HDEL', key, 'p:' .. node)
 end
 

@@ -132,6 +132,7 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 	// once: a report applied but sent again counts once; one behind its
 	// series gives nothing back.
 	behind := false
+	restarted := u.Series != 0 && me.series != 0 && me.series != u.Series // a new process: nothing it reports was spent while silent
 	if u.Series != 0 {
 		total := float64(u.Total)
 		if me.series == u.Series {
@@ -207,7 +208,9 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 			st.tokens = min(burst, st.tokens+float64(now-st.ts)*rate)
 		}
 		if me.reserved > 0 && !behind { // back from silence: charged only beyond the reserve
-			consumed = max(0, consumed-me.reserved)
+			if !restarted {
+				consumed = max(0, consumed-me.reserved)
+			}
 			me.reserved = 0
 		}
 		carry := 0.0
