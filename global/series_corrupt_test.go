@@ -10,6 +10,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // TestCorruptSeriesFields: a node's series fields hold what no script
@@ -39,6 +40,31 @@ func TestCorruptSeriesFields(t *testing.T) {
 			require.NoError(t, err)
 			g := resp.Grants[0]
 			wantCorrupt(t, g.Err, g.Lease > 0, fmt.Sprintf("%v %v", alg, bad))
+		}
+	}
+}
+
+// TestCorruptReserve: a reserve (p:<node>) holding what no script
+// writes, the node's own or a silent node's, fails the key as corrupt.
+func TestCorruptReserve(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := s.Client(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	now := redisNow(t, c).UnixMicro()
+	lim := global.Limit{Limit: 100, Window: time.Minute}
+	for i, v := range append(garbage[:len(garbage):len(garbage)], "-1") {
+		for j, f := range []string{"p:n", "p:other"} {
+			key := fmt.Sprintf("reserve-corrupt-%d-%d", i, j)
+			silent := fmt.Sprint(now - int64(time.Minute/time.Microsecond)) // stale, within keep
+			require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", key, "lease"),
+				"s:other", silent, "d:other", "5", f, v).Err())
+			resp, err := r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second, Fallback: []partition.Step{{Until: time.Hour, Factor: 1}},
+				Keys: []global.Usage{{Key: key, Limit: lim, Consumed: 10, Demand: 10}}})
+			require.NoError(t, err)
+			g := resp.Grants[0]
+			wantCorrupt(t, g.Err, g.Lease > 0, fmt.Sprintf("%s=%q", f, v))
 		}
 	}
 }
