@@ -42,6 +42,7 @@ import (
 var storedNum = `
 local huge = 4611686018427387904
 local maxShards = ` + strconv.Itoa(MaxShards) + `
+local maxLimit = ` + strconv.Itoa(MaxLimit) + `
 
 local function broken(why)
   error('CORRUPT ' .. why, 0)
@@ -65,6 +66,14 @@ end
 local function shardCount(v, what)
   local n = stored(v, what, 2)
   if n and (n > maxShards or n ~= math.floor(n)) then corrupt(what, v) end
+  return n
+end
+
+-- whole is v, a value read for what, as a whole number from lo to
+-- maxLimit (a report's series or Total), or nil if there was none.
+local function whole(v, what, lo)
+  local n = stored(v, what, lo)
+  if n and (n > maxLimit or n ~= math.floor(n)) then corrupt(what, v) end
   return n
 end
 
@@ -159,11 +168,14 @@ end
 -- once is what of consumed a report of series, at total, adds to what
 -- the node's reports of that series already brought (k and c, its
 -- stored fields): a report applied but sent again counts once. It
--- returns that and the fields' new values.
+-- returns that, the fields' new values, and whether the report is behind
+-- the series (its Total below the most it has been: a report that
+-- arrives after a later one, or one after a Cancel), which gives nothing
+-- back: the lease the node may hold from the later report stays out.
 local function once(consumed, series, total, k, c)
-  if series == 0 then return consumed, nil, nil end
-  if k ~= series or not c then return consumed, series, total end
-  return math.min(consumed, math.max(0, total - c)), series, math.max(c, total)
+  if series == 0 then return consumed, nil, nil, false end
+  if k ~= series or not c then return consumed, series, total, false end
+  return math.min(consumed, math.max(0, total - c)), series, math.max(c, total), total < c
 end
 
 -- share is this node's weight: an equal part of the active nodes when
@@ -275,18 +287,25 @@ local rate = limit / window
 
 local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node, 'p:' .. node)
 local tokens = refill(stored(st[1], 'tokens', -huge) or burst, stored(st[2], 'ts', 0) or now, now, rate, burst)
-local series, upto
-consumed, series, upto = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), stored(st[5], 'k:' .. node, 0), stored(st[6], 'c:' .. node, 0))
+local k = whole(st[5], 'k:' .. node, 1)
+local series, upto, behind
+consumed, series, upto, behind = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), k, whole(st[6], 'c:' .. node, 0))
 local steps = stepsOf(13)
 
 -- Back from silence: what was reserved for this node was charged as
 -- spent; what it reports is charged only beyond that. Nothing is given
 -- back: the reserve was taken from buckets long refilled, and the report
 -- holds only the last window or two of the silence (older consumption is
--- dropped by the node), so a refund would hand the fleet a burst.
+-- dropped by the node), so a refund would hand the fleet a burst. A
+-- report of a series other than the node's last (a restarted process)
+-- holds what was spent since it began, not while the node was silent:
+-- it is charged in full, and the reserve stands for what the old one
+-- spent.
 local reserved = stored(st[7], 'p:' .. node, 0)
-if reserved then
-  consumed = math.max(0, consumed - reserved)
+if reserved and not behind then
+  if not (series and k and k ~= series) then
+    consumed = math.max(0, consumed - reserved)
+  end
   redis.call('HDEL', key, 'p:' .. node)
 end
 
@@ -294,7 +313,12 @@ end
 -- beyond it is debt.
 local prev = stored(st[3], 'l:' .. node, 0) or 0
 local granted = stored(st[4], 'g:' .. node, 0) or 0
-if consumed < prev then
+local carry = 0
+if behind then
+  -- Nothing comes back: a live lease stays out beside the new one (the
+  -- node may be spending it), settled with it.
+  if now - granted <= 2 * interval then carry = prev end
+elseif consumed < prev then
   if now - granted <= 2 * interval then
     tokens = math.min(burst, tokens + (prev - consumed))
   end
@@ -319,7 +343,7 @@ local lease = grantFrom(tokens, demand, weight, burst, count, most)
 tokens = clampN(tokens - lease)
 
 redis.call('HSET', key, 'tokens', tokens, 'ts', now,
-  'l:' .. node, lease, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now)
+  'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now)
 if series then redis.call('HSET', key, 'k:' .. node, series, 'c:' .. node, upto) end
 redis.call('PEXPIRE', key, ttl)
 
@@ -343,12 +367,16 @@ local stale, ttl, equal = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
 local w = math.floor(now / window)
 local st = redis.call('HMGET', key, 'w', 'cur', 'prev', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node)
 local cur, prevc = roll(w, st)
-local series, upto
-consumed, series, upto = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), stored(st[6], 'k:' .. node, 0), stored(st[7], 'c:' .. node, 0))
+local series, upto, behind
+consumed, series, upto, behind = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), whole(st[6], 'k:' .. node, 1), whole(st[7], 'c:' .. node, 0))
 
 local prev = stored(st[4], 'l:' .. node, 0) or 0
 local lw = stored(st[5], 'g:' .. node, 0) or w
-if consumed < prev then
+local carry = 0
+if behind then
+  -- As the token bucket: a lease counted in this window stays out.
+  if lw == w then carry = prev end
+elseif consumed < prev then
   local back = prev - consumed
   if lw == w then
     cur = math.max(0, cur - back)
@@ -370,7 +398,7 @@ local lease = grantFrom(avail, demand, weight, limit, count, slackOf(limit, wind
 cur = clampN(cur + lease)
 
 redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prevc,
-  'l:' .. node, lease, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now)
+  'l:' .. node, lease + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now)
 if series then redis.call('HSET', key, 'k:' .. node, series, 'c:' .. node, upto) end
 redis.call('PEXPIRE', key, ttl)
 

@@ -129,10 +129,14 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		st.nodes[node] = me
 	}
 	prev := me.lease
-	// once: a report applied but sent again counts once.
+	// once: a report applied but sent again counts once; one behind its
+	// series gives nothing back.
+	behind := false
+	restarted := u.Series != 0 && me.series != 0 && me.series != u.Series // a new process: nothing it reports was spent while silent
 	if u.Series != 0 {
 		total := float64(u.Total)
 		if me.series == u.Series {
+			behind = total < me.total
 			consumed = min(consumed, max(0, total-me.total))
 			total = max(total, me.total)
 		}
@@ -203,11 +207,18 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		if now > st.ts {
 			st.tokens = min(burst, st.tokens+float64(now-st.ts)*rate)
 		}
-		if me.reserved > 0 { // back from silence: charged only beyond the reserve
-			consumed = max(0, consumed-me.reserved)
+		if me.reserved > 0 && !behind { // back from silence: charged only beyond the reserve
+			if !restarted {
+				consumed = max(0, consumed-me.reserved)
+			}
 			me.reserved = 0
 		}
-		if consumed < prev {
+		carry := 0.0
+		if behind {
+			if now-me.granted <= 2*interval {
+				carry = prev // a live lease stays out beside the new one
+			}
+		} else if consumed < prev {
 			if now-me.granted <= 2*interval {
 				st.tokens = min(burst, st.tokens+(prev-consumed))
 			}
@@ -232,7 +243,7 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		l := grantFrom(st.tokens, burst)
 		st.tokens -= l
 		st.ts = now
-		me.lease, me.granted = l, now
+		me.lease, me.granted = l+carry, now
 		g.Lease, g.Used = int64(l), int64(math.Ceil(burst-st.tokens))
 		g.Remaining = max(0, int64(math.Floor(st.tokens)))
 		if st.tokens < burst {
@@ -251,7 +262,12 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 			lw = w
 		}
 		st.w = w
-		if consumed < prev {
+		carry := 0.0
+		if behind {
+			if lw == w {
+				carry = prev
+			}
+		} else if consumed < prev {
 			back := prev - consumed
 			if lw == w {
 				st.cur = max(0, st.cur-back)
@@ -266,7 +282,7 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		avail := max(float64(lim.Limit)-est, 0)
 		l := grantFrom(avail, float64(lim.Limit))
 		st.cur += l
-		me.lease, me.granted = l, w
+		me.lease, me.granted = l+carry, w
 		g.Lease, g.Used, g.Remaining = int64(l), int64(est+l), int64(avail-l)
 		switch {
 		case st.cur > 0:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // TestStoreMatchesRedis sends the same sequence of syncs to the
@@ -65,5 +66,105 @@ func TestStoreMatchesRedis(t *testing.T) {
 				assert.Equal(t, w.TTL, g.TTL, "ttl: %s", what)
 			}
 		}
+	}
+}
+
+// TestStoreMatchesRedisSeries is TestStoreMatchesRedis for reports in a
+// series (Usage.Series, Total): sent again, folded, behind the series
+// (a late report, or one after a Cancel) with a live lease out, a new
+// series, and none.
+func TestStoreMatchesRedisSeries(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	client := srv.DeadlineClient(t)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
+	require.NoError(t, err)
+	steps := []struct {
+		node                    string
+		consumed, demand, total int64
+		series                  uint64
+	}{
+		{"a", 10, 300, 10, 7},
+		{"a", 10, 300, 10, 7},   // sent again: the lease given back, a new one
+		{"b", 0, 200, 0, 0},     // another node
+		{"a", 50, 600, 60, 7},   // the next report
+		{"a", 40, 0, 50, 7},     // a late one: the lease stays out
+		{"b", 100, 2000, 0, 0},  // contended
+		{"a", 600, 100, 660, 7}, // settles both leases
+		{"a", 5, 100, 5, 9},     // a new series
+		{"a", 5, 100, 0, 0},     // none
+	}
+	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+		for _, shares := range []global.Shares{global.DemandWeighted, global.Equal} {
+			key := fmt.Sprintf("series-%v-%v", alg, shares)
+			lim := global.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
+			st := &store{keys: map[string]*lease{}}
+			for i, s := range steps {
+				req := global.Request{Node: s.node, Interval: time.Second, Shares: shares,
+					Keys: []global.Usage{{Key: key, Limit: lim, Consumed: s.consumed, Demand: s.demand, Series: s.series, Total: s.total}}}
+				want, err := r.Sync(context.Background(), &req)
+				require.NoError(t, err)
+				now, err := client.Time(context.Background()).Result()
+				require.NoError(t, err)
+				o := &op{req: req}
+				st.apply(o, now.UnixMicro())
+				w, g := want.Grants[0], o.resp.Grants[0]
+				require.NoError(t, w.Err)
+				require.NoError(t, g.Err)
+				what := fmt.Sprintf("%v %v step %d (%+v)", alg, shares, i, s)
+				assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
+				assert.Equal(t, w.Used, g.Used, "used: %s", what)
+				assert.Equal(t, w.Remaining, g.Remaining, "remaining: %s", what)
+				assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
+				assert.InDelta(t, w.Weight, g.Weight, 1e-6, "weight: %s", what)
+			}
+		}
+	}
+}
+
+// TestStoreMatchesRedisReserve is TestStoreMatchesRedis for silent nodes
+// reserved for on their ladder: one back from silence in its series
+// (charged beyond its reserve), one restarted (a new series: charged in
+// full). The reserve grows with time (1 token a ms), so usage agrees
+// within the few tokens the gap between the two calls refills.
+func TestStoreMatchesRedisReserve(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	client := srv.DeadlineClient(t)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
+	require.NoError(t, err)
+	lim := global.Limit{Limit: 1000, Window: time.Second}
+	fallback := []partition.Step{{Until: 200 * time.Millisecond, Factor: 1}, {Factor: 0.5}}
+	st := &store{keys: map[string]*lease{}}
+	steps := []struct {
+		node  string
+		u     global.Usage
+		sleep time.Duration
+	}{
+		{"b", global.Usage{Demand: 1000}, 0},
+		{"a", global.Usage{Demand: 300, Series: 1}, 0},
+		{"c", global.Usage{Demand: 300, Series: 4}, 250 * time.Millisecond},
+		{"b", global.Usage{Consumed: 1000}, 0},                       // a and c reserved for
+		{"a", global.Usage{Consumed: 150, Series: 1, Total: 150}, 0}, // back: 150 within its reserve
+		{"c", global.Usage{Consumed: 150, Series: 5, Total: 150}, 0}, // restarted: charged in full
+	}
+	for i, s := range steps {
+		s.u.Key, s.u.Limit = "reserve", lim
+		req := global.Request{Node: s.node, Interval: 10 * time.Millisecond, Fallback: fallback, Keys: []global.Usage{s.u}}
+		want, err := r.Sync(context.Background(), &req)
+		require.NoError(t, err)
+		now, err := client.Time(context.Background()).Result()
+		require.NoError(t, err)
+		o := &op{req: req}
+		st.apply(o, now.UnixMicro())
+		w, g := want.Grants[0], o.resp.Grants[0]
+		require.NoError(t, w.Err)
+		require.NoError(t, g.Err)
+		what := fmt.Sprintf("step %d (%s %+v)", i, s.node, s.u)
+		assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
+		assert.InDelta(t, w.Used, g.Used, 3, "used: %s", what)
+		assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
+		t.Logf("%s: redis used %d lease %d, sim used %d lease %d", what, w.Used, w.Lease, g.Used, g.Lease)
+		time.Sleep(s.sleep)
 	}
 }
