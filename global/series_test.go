@@ -43,11 +43,7 @@ func TestReportsIdempotent(t *testing.T) {
 			{"no series: Consumed counts", 4, 0, 0, 66},
 		}
 		for _, st := range steps {
-			resp, err := r.Sync(context.Background(), &global.Request{Node: "n", Interval: time.Second,
-				Keys: []global.Usage{{Key: key, Limit: lim, Consumed: st.consumed, Series: st.series, Total: st.total}}})
-			require.NoError(t, err)
-			g := resp.Grants[0]
-			require.NoError(t, g.Err)
+			g := syncSeries(t, r, "n", key, lim, st.series, st.total, st.consumed, 0)
 			assert.Equal(t, st.used, g.Used, "%v: %s", alg, st.name)
 		}
 	}
@@ -91,4 +87,73 @@ func TestFallbackValidated(t *testing.T) {
 		r := &global.Request{Node: "n", Interval: time.Second, Fallback: steps}
 		assert.ErrorIs(t, r.Validate(), global.ErrInvalid, "%+v", steps)
 	}
+}
+
+// syncSeries syncs one report of key for node, with a series and Total.
+func syncSeries(t *testing.T, r *global.Redis, node, key string, lim global.Limit, series uint64, total, consumed, demand int64) global.Grant {
+	t.Helper()
+	resp, err := r.Sync(context.Background(), &global.Request{Node: node, Interval: time.Second,
+		Keys: []global.Usage{{Key: key, Limit: lim, Consumed: consumed, Demand: demand, Series: series, Total: total}}})
+	require.NoError(t, err)
+	require.NoError(t, resp.Grants[0].Err)
+	return resp.Grants[0]
+}
+
+// TestLateReportKeepsLease: a report that reaches Redis after a later
+// report of its series (its Total behind what Redis has seen: a request
+// held up in a proxy, its caller long timed out and synced again) must
+// change nothing. It used to settle the node's live lease as if the
+// node had spent none of it, handing the lease back to the bucket while
+// the node spent it: another node leased it again.
+func TestLateReportKeepsLease(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+		lim := global.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
+		key := "late-" + alg.String()
+		// The later report, applied first: 20 spent, 600 leased.
+		g := syncSeries(t, r, "n", key, lim, 5, 20, 20, 600)
+		require.Equal(t, int64(600), g.Lease)
+		require.Equal(t, int64(620), g.Used)
+		// The earlier one (Total 10, no demand then) arrives late.
+		late := syncSeries(t, r, "n", key, lim, 5, 10, 10, 0)
+		assert.Equal(t, int64(620), late.Used, "%v: a late report moved the key's usage", alg)
+		// Another node takes what is left: never more than the limit.
+		m := sync1(t, r, "m", key, lim, 0, 1000)
+		assert.LessOrEqual(t, 20+600+m.Lease, lim.Limit, "%v: consumed 20 + n's lease 600 + m's lease %d", alg, m.Lease)
+		// n's next report settles its lease as it spent it: all 600.
+		g = syncSeries(t, r, "n", key, lim, 5, 620, 600, 0)
+		assert.Equal(t, int64(620+m.Lease), g.Used, "%v: n's lease settled", alg)
+	}
+}
+
+// TestRestartedNodeNotForgiven: a node silent long enough to be reserved
+// for (its fallback spend charged to the bucket as the others synced)
+// comes back as a new process: its report is of a new series, so what it
+// reports was spent since it started, not on the ladder while it was
+// silent, and must be charged in full. It used to be taken off the
+// reserve, charged at no time at all.
+func TestRestartedNodeNotForgiven(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	lim := global.Limit{Limit: 1000, Window: time.Second}
+	const interval = 10 * time.Millisecond
+	steps := []partition.Step{{Until: 200 * time.Millisecond, Factor: 1}, {Factor: 0.5}}
+	sync := func(node string, u global.Usage) global.Grant {
+		u.Key, u.Limit = "restart", lim
+		resp, err := r.Sync(context.Background(), &global.Request{Node: node, Interval: interval, Fallback: steps, Keys: []global.Usage{u}})
+		require.NoError(t, err)
+		require.NoError(t, resp.Grants[0].Err)
+		return resp.Grants[0]
+	}
+	require.Equal(t, int64(1000), sync("b", global.Usage{Demand: 1000}).Lease)
+	require.Equal(t, int64(0), sync("a", global.Usage{Demand: 500, Series: 1}).Lease) // a is known, demanding, with no lease
+	time.Sleep(250 * time.Millisecond)
+	// b spent its lease; a is silent and reserved for: 200 at rate 1/ms.
+	before := sync("b", global.Usage{Consumed: 1000})
+	// a restarts: a new series, 100 spent since.
+	after := sync("a", global.Usage{Consumed: 100, Series: 2, Total: 100})
+	assert.GreaterOrEqual(t, after.Used, before.Used+90, "a restarted node's 100 spent: used %d -> %d", before.Used, after.Used)
 }

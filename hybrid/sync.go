@@ -36,7 +36,7 @@ type syncState struct {
 	targets   []target // callLeases: what each Usage of a request is for
 	rtt       int64    // the sync round trip, a moving average (ns)
 	lastRound int64    // when the last regular round started
-	roundGap  int64    // the time between the last two regular rounds' starts, at most 4 Intervals
+	roundGap  int64    // the time between the last two regular rounds' starts if late (see lateRound), else 0
 }
 
 // mark is what a sync read from a key's counters when it started.
@@ -50,10 +50,10 @@ type mark struct {
 // installs the leases it grants, in calls to the Syncer (and to the
 // Failover, if set) sized to take at most about half of SyncTimeout
 // each. The background loop calls it every Interval; with
-// Config.ManualSync the caller does. A round starts
-// no call after one Interval: keys it did not reach keep their leases
-// and go first in the next round (a node with more keys than a round
-// carries syncs each less often, and logs so; it is not an outage).
+// Config.ManualSync the caller does. A round starts no call after one
+// Interval: keys it did not reach keep their leases and go first in the
+// next round (a node with more keys than a round carries syncs each less
+// often, and logs so; it is not an outage).
 //
 // An error means no fleet was reached (or one answered nonsense): leases
 // stand until they lapse, then each policy's FailMode decides, and what
@@ -65,10 +65,7 @@ func (l *Limiter) SyncOnce(ctx context.Context) error {
 	defer l.syncMu.Unlock()
 	now := l.now()
 	l.nextSync.Store(now + int64(l.cfg.Interval))
-	if s := &l.syncs; s.lastRound > 0 {
-		s.roundGap = min(now-s.lastRound, 4*int64(l.cfg.Interval))
-	}
-	l.syncs.lastRound = now
+	l.lateRound(now)
 	l.shardHot(ctx, now)
 	batch := l.collect(now)
 	l.tendLeaseShards(ctx, now, batch)
@@ -614,8 +611,10 @@ func (l *Limiter) earlyBatch(ctx context.Context, first *keyState) error {
 
 // Close hands this node's leases back to the fleet, reporting the last of
 // its consumption, and stops the sync loop. It starts no call to the
-// fleet after SyncTimeout, and waits at most SyncTimeout for each; leases not handed back lapse. Afterwards the Limiter decides Hybrid and Strict keys as
-// if the fleet were unreachable. Close is safe to call more than once.
+// fleet after SyncTimeout, and waits at most SyncTimeout for each; leases
+// not handed back lapse. Afterwards the Limiter decides Hybrid and Strict
+// keys as if the fleet were unreachable. Close is safe to call more than
+// once.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)

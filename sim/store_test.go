@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -14,112 +15,90 @@ import (
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
-// TestStoreMatchesRedis sends the same sequence of syncs to the
+// TestStoreMatchesRedis sends the same sequences of syncs to the
 // simulator's store and to global's lease scripts on a real Redis, and
 // requires the same grants: leases, the fleet's usage and remaining, the
-// node count and the weights. The sequence takes and gives back leases,
-// runs into debt, and starves a node, by both algorithms and both ways
-// of sharing. The limits refill so slowly (1,000 a day) that the
-// milliseconds between the two calls change nothing.
+// node count, the weights and the TTL. One sequence takes and gives back
+// leases, runs into debt, and starves a node; the other reports in a
+// series (Usage.Series, Total): sent again, folded, behind the series (a
+// late report, or one after a Cancel) with a live lease out, a new
+// series, and none. Both by both algorithms and both ways of sharing.
+// The limits refill so slowly (1,000 a day) that the milliseconds
+// between the two calls change nothing.
 func TestStoreMatchesRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	client := srv.DeadlineClient(t)
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
 	require.NoError(t, err)
-	steps := []struct {
-		node             string
-		consumed, demand int64
-	}{
-		{"a", 0, 300},
-		{"b", 0, 500},
-		{"a", 100, 400},  // gives 200 back
-		{"c", 50, 1000},  // spent without a lease: debt
-		{"b", 700, 200},  // spent beyond its lease
-		{"a", 400, 0},    // wants nothing more
-		{"c", 0, 2000},   // more than is left
-		{"b", 150, 2000}, // contended
+	type step struct {
+		node                    string
+		consumed, demand, total int64
+		series                  uint64
 	}
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
-		for _, shares := range []global.Shares{global.DemandWeighted, global.Equal} {
-			key := fmt.Sprintf("parity-%v-%v", alg, shares)
-			lim := global.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
-			st := &store{keys: map[string]*lease{}}
-			for i, s := range steps {
-				req := global.Request{Node: s.node, Interval: time.Second, Shares: shares,
-					Keys: []global.Usage{{Key: key, Limit: lim, Consumed: s.consumed, Demand: s.demand}}}
-				want, err := r.Sync(context.Background(), &req)
-				require.NoError(t, err)
-				now, err := client.Time(context.Background()).Result()
-				require.NoError(t, err)
-				o := &op{req: req}
-				st.apply(o, now.UnixMicro())
-				w, g := want.Grants[0], o.resp.Grants[0]
-				require.NoError(t, w.Err)
-				require.NoError(t, g.Err)
-				what := fmt.Sprintf("%v %v step %d (%s consumed %d, demand %d)", alg, shares, i, s.node, s.consumed, s.demand)
-				assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
-				assert.Equal(t, w.Used, g.Used, "used: %s", what)
-				assert.Equal(t, w.Remaining, g.Remaining, "remaining: %s", what)
-				assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
-				assert.InDelta(t, w.Weight, g.Weight, 1e-6, "weight: %s", what)
-				assert.Equal(t, w.TTL, g.TTL, "ttl: %s", what)
+	sequences := []struct {
+		name  string
+		steps []step
+	}{
+		{"parity", []step{
+			{"a", 0, 300, 0, 0},
+			{"b", 0, 500, 0, 0},
+			{"a", 100, 400, 0, 0},  // gives 200 back
+			{"c", 50, 1000, 0, 0},  // spent without a lease: debt
+			{"b", 700, 200, 0, 0},  // spent beyond its lease
+			{"a", 400, 0, 0, 0},    // wants nothing more
+			{"c", 0, 2000, 0, 0},   // more than is left
+			{"b", 150, 2000, 0, 0}, // contended
+		}},
+		{"series", []step{
+			{"a", 10, 300, 10, 7},
+			{"a", 10, 300, 10, 7},   // sent again: the lease given back, a new one
+			{"b", 0, 200, 0, 0},     // another node
+			{"a", 50, 600, 60, 7},   // the next report
+			{"a", 40, 0, 50, 7},     // a late one: the lease stays out
+			{"b", 100, 2000, 0, 0},  // contended
+			{"a", 600, 100, 660, 7}, // settles both leases
+			{"a", 5, 100, 5, 9},     // a new series
+			{"a", 5, 100, 0, 0},     // none
+		}},
+	}
+	for _, seq := range sequences {
+		for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+			for _, shares := range []global.Shares{global.DemandWeighted, global.Equal} {
+				key := fmt.Sprintf("%s-%v-%v", seq.name, alg, shares)
+				lim := global.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
+				st := &store{keys: map[string]*lease{}}
+				for i, s := range seq.steps {
+					req := global.Request{Node: s.node, Interval: time.Second, Shares: shares,
+						Keys: []global.Usage{{Key: key, Limit: lim, Consumed: s.consumed, Demand: s.demand, Series: s.series, Total: s.total}}}
+					w, g := syncBoth(t, r, client, st, req)
+					what := fmt.Sprintf("%s %v %v step %d (%+v)", seq.name, alg, shares, i, s)
+					assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
+					assert.Equal(t, w.Used, g.Used, "used: %s", what)
+					assert.Equal(t, w.Remaining, g.Remaining, "remaining: %s", what)
+					assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
+					assert.InDelta(t, w.Weight, g.Weight, 1e-6, "weight: %s", what)
+					assert.Equal(t, w.TTL, g.TTL, "ttl: %s", what)
+				}
 			}
 		}
 	}
 }
 
-// TestStoreMatchesRedisSeries is TestStoreMatchesRedis for reports in a
-// series (Usage.Series, Total): sent again, folded, behind the series
-// (a late report, or one after a Cancel) with a live lease out, a new
-// series, and none.
-func TestStoreMatchesRedisSeries(t *testing.T) {
-	t.Parallel()
-	srv := redistest.StartServer(t)
-	client := srv.DeadlineClient(t)
-	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
+// syncBoth sends req to Redis through r, then to st at Redis's time, and
+// returns the two grants for its one key, neither an error.
+func syncBoth(t *testing.T, r *global.Redis, client *redis.Client, st *store, req global.Request) (redisGrant, simGrant global.Grant) {
+	t.Helper()
+	want, err := r.Sync(context.Background(), &req)
 	require.NoError(t, err)
-	steps := []struct {
-		node                    string
-		consumed, demand, total int64
-		series                  uint64
-	}{
-		{"a", 10, 300, 10, 7},
-		{"a", 10, 300, 10, 7},   // sent again: the lease given back, a new one
-		{"b", 0, 200, 0, 0},     // another node
-		{"a", 50, 600, 60, 7},   // the next report
-		{"a", 40, 0, 50, 7},     // a late one: the lease stays out
-		{"b", 100, 2000, 0, 0},  // contended
-		{"a", 600, 100, 660, 7}, // settles both leases
-		{"a", 5, 100, 5, 9},     // a new series
-		{"a", 5, 100, 0, 0},     // none
-	}
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
-		for _, shares := range []global.Shares{global.DemandWeighted, global.Equal} {
-			key := fmt.Sprintf("series-%v-%v", alg, shares)
-			lim := global.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
-			st := &store{keys: map[string]*lease{}}
-			for i, s := range steps {
-				req := global.Request{Node: s.node, Interval: time.Second, Shares: shares,
-					Keys: []global.Usage{{Key: key, Limit: lim, Consumed: s.consumed, Demand: s.demand, Series: s.series, Total: s.total}}}
-				want, err := r.Sync(context.Background(), &req)
-				require.NoError(t, err)
-				now, err := client.Time(context.Background()).Result()
-				require.NoError(t, err)
-				o := &op{req: req}
-				st.apply(o, now.UnixMicro())
-				w, g := want.Grants[0], o.resp.Grants[0]
-				require.NoError(t, w.Err)
-				require.NoError(t, g.Err)
-				what := fmt.Sprintf("%v %v step %d (%+v)", alg, shares, i, s)
-				assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
-				assert.Equal(t, w.Used, g.Used, "used: %s", what)
-				assert.Equal(t, w.Remaining, g.Remaining, "remaining: %s", what)
-				assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
-				assert.InDelta(t, w.Weight, g.Weight, 1e-6, "weight: %s", what)
-			}
-		}
-	}
+	now, err := client.Time(context.Background()).Result()
+	require.NoError(t, err)
+	o := &op{req: req}
+	st.apply(o, now.UnixMicro())
+	redisGrant, simGrant = want.Grants[0], o.resp.Grants[0]
+	require.NoError(t, redisGrant.Err)
+	require.NoError(t, simGrant.Err)
+	return redisGrant, simGrant
 }
 
 // TestStoreMatchesRedisReserve is TestStoreMatchesRedis for silent nodes
@@ -151,15 +130,7 @@ func TestStoreMatchesRedisReserve(t *testing.T) {
 	for i, s := range steps {
 		s.u.Key, s.u.Limit = "reserve", lim
 		req := global.Request{Node: s.node, Interval: 10 * time.Millisecond, Fallback: fallback, Keys: []global.Usage{s.u}}
-		want, err := r.Sync(context.Background(), &req)
-		require.NoError(t, err)
-		now, err := client.Time(context.Background()).Result()
-		require.NoError(t, err)
-		o := &op{req: req}
-		st.apply(o, now.UnixMicro())
-		w, g := want.Grants[0], o.resp.Grants[0]
-		require.NoError(t, w.Err)
-		require.NoError(t, g.Err)
+		w, g := syncBoth(t, r, client, st, req)
 		what := fmt.Sprintf("step %d (%s %+v)", i, s.node, s.u)
 		assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
 		assert.InDelta(t, w.Used, g.Used, 3, "used: %s", what)
