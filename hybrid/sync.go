@@ -36,7 +36,7 @@ type syncState struct {
 	targets   []target // callLeases: what each Usage of a request is for
 	rtt       int64    // the sync round trip, a moving average (ns)
 	lastRound int64    // when the last regular round started
-	roundGap  int64    // the time between the last two regular rounds' starts if late (see lateRound), else 0
+	roundGap  int64    // the time between the last two regular rounds' starts when late after keys were left over (see lateRound), else 0
 }
 
 // mark is what a sync read from a key's counters when it started.
