@@ -64,7 +64,7 @@ func TestManyKeysAreNotAnOutage(t *testing.T) {
 		oneOff, worst, h.Level, refused, tenant, l.Len(), time.Since(start).Round(time.Millisecond))
 	assert.Equal(t, partition.Healthy, worst, "a round too long for every key is not an outage")
 	// Without -race: none refused. Under -race on 2 cores a round of
-	// 12,000 keys takes 200-400 ms, and the tenant was refused 8-18
+	// 12,000 keys takes 200-400 ms, and the tenant was refused 0-18
 	// times in 147-276 while the one-off keys were first synced.
 	assert.LessOrEqual(t, refused, tenant/10, "the tenant, far under its limit, is admitted")
 	assert.Less(t, l.Len(), 100, "idle one-off keys are forgotten")
