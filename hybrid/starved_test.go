@@ -1,0 +1,87 @@
+package hybrid_test
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/partition"
+)
+
+// TestStarvedNodeKeepsItsLeases: one node on a real Redis, a key at 10^9
+// a second (10^8 per 100 ms window: leases carry no slack beyond demand
+// at this interval, see global's slackOf) that no traffic reaches, with
+// 32 goroutines calling Allow as fast as they can, so that every core is
+// busy and the sync loop waits for one at every step, beside one caller
+// at a steady 20,000 a second. Such a node must not refuse: its leases
+// are sized for how late its rounds really start. And whenever it does
+// refuse for lateness (a starved loop can always be later than any
+// lease), Health must not say Healthy.
+//
+// Not parallel: it saturates the machine on purpose, for 3 s.
+func TestStarvedNodeKeepsItsLeases(t *testing.T) {
+	srv := redistest.StartServer(t)
+	l, err := hybrid.New(hybrid.Config{
+		Node:     "starved",
+		Policies: []hybrid.Policy{{Name: "api", Limit: 100_000_000, Window: 100 * time.Millisecond}},
+		Syncer:   redisSyncer(t, srv),
+		Interval: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Close()) }()
+
+	var offered, refused, refusedHealthy atomic.Int64
+	decide := func() {
+		d, err := l.Allow("tenant")
+		if err != nil {
+			panic(err) // not require: on another goroutine
+		}
+		offered.Add(1)
+		if !d.Allowed() {
+			refused.Add(1)
+			if l.Health().Level == partition.Healthy {
+				refusedHealthy.Add(1)
+			}
+		}
+	}
+	const rate = 20_000
+	steady := func(d time.Duration) {
+		start := time.Now()
+		for done := 0; time.Since(start) < d; runtime.Gosched() {
+			for due := int(time.Since(start).Seconds() * rate); done < due; done++ {
+				decide()
+			}
+		}
+	}
+	// Warm up unloaded: the key's first grants, as on a node that served
+	// it a while before the machine got busy.
+	steady(500 * time.Millisecond)
+	offered.Store(0)
+	refused.Store(0)
+	refusedHealthy.Store(0)
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for !stop.Load() {
+				decide()
+			}
+		})
+	}
+	steady(3 * time.Second)
+	stop.Store(true)
+	wg.Wait()
+	n, r, rh := offered.Load(), refused.Load(), refusedHealthy.Load()
+	t.Logf("32 busy goroutines, GOMAXPROCS %d: refused %d of %d (%.4f%%), %d of them while Healthy; health now %v",
+		runtime.GOMAXPROCS(0), r, n, 100*float64(r)/float64(n), rh, l.Health().Level)
+	assert.Zero(t, rh, "a node refusing for lateness does not say Healthy")
+	assert.LessOrEqual(t, float64(r), float64(n)/10_000, "a starved node keeps its leases: refusals at most 0.01%")
+}
