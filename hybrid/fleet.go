@@ -198,8 +198,11 @@ func (l *Limiter) cutOff(now int64, since int64, partial bool) {
 }
 
 // Health reports the Limiter's link to its fleet now: its level, how long
-// it has been at it, and the ladder's factor in force. A Limiter with no
-// Syncer is always Healthy.
+// it has been at it, the ladder's factor in force, and how late its sync
+// loop runs. A node in touch with its fleet that refused a request for
+// lateness within the last Interval (its lease spent while a regular
+// sync was overdue: a loop starved of CPU) is Degraded, with the factor
+// at 1. A Limiter with no Syncer is always Healthy.
 func (l *Limiter) Health() Health {
 	now := l.now()
 	h := &l.health
@@ -210,6 +213,14 @@ func (l *Limiter) Health() Health {
 		out = l.ladder.Health(time.Duration(max(1, now-h.cutSince)), 0)
 	} else {
 		out = l.ladder.Health(0, time.Duration(now-h.restored))
+	}
+	// A node refusing for lateness is not Healthy, though its fleet
+	// answers: it refuses what its leases would cover if its loop kept
+	// time (see lateRound).
+	late, since, refusing := l.lateHealth(now)
+	out.Late = late
+	if refusing && out.Level == partition.Healthy {
+		out.Level, out.Since = partition.Degraded, time.Duration(now-since)
 	}
 	out.FailingKeys = int(l.keyErrs.failing.Load())
 	out.KeyError = l.lastKeyError()

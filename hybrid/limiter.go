@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -110,7 +111,7 @@ type Limiter struct {
 	health    health
 	degraded  atomic.Bool      // the last sync reached no fleet: decisions past the lease follow the FailMode
 	factor    atomic.Uint64    // the ladder's factor in force, as float64 bits
-	nextSync  atomic.Int64     // when the next regular sync is due
+	sched     schedule         // when the next regular round is due, and how late the loop runs (round.go)
 	nodesHint atomic.Int64     // the most active nodes any grant reported, or FleetSize if set; 0 if neither
 	fallback  []partition.Step // the ladder, floor applied, as the fleet is told it (Request.Fallback)
 
@@ -204,7 +205,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	sort.SliceStable(l.policies, func(i, j int) bool { return len(l.policies[i].Prefix) > len(l.policies[j].Prefix) })
 	l.syncs.rng = rand.New(rand.NewPCG(uint64(l.mono), xxh3.HashString(cfg.Node)))
-	l.nextSync.Store(int64(cfg.Interval))
+	l.sched.next.Store(int64(cfg.Interval))
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	if !cfg.ManualSync {
@@ -303,6 +304,9 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 		return l.failed(k, now, n), nil
 	}
 	k.refused.Add(uint64(n))
+	if l.refusedLate(now) {
+		runtime.Gosched() // see refusedLate
+	}
 	if k.low.Load() > 0 || now >= k.until.Load() {
 		l.askEarly(k)
 	}
@@ -313,7 +317,7 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 
 // retryAfter is how long until the next regular sync brings a new lease.
 func (l *Limiter) retryAfter(now int64) time.Duration {
-	return time.Duration(max(l.nextSync.Load()-now, int64(l.cfg.Interval/16), 1))
+	return time.Duration(max(l.sched.next.Load()-now, int64(l.cfg.Interval/16), 1))
 }
 
 // failed decides, by the policy's FailMode, a request that neither the
@@ -575,6 +579,9 @@ func (l *Limiter) resolve(key string) *policy {
 func (l *Limiter) askEarly(k *keyState) {
 	if k.early.Load() || !k.early.CompareAndSwap(false, true) {
 		return
+	}
+	if l.sched.asked.Load() == 0 {
+		l.sched.asked.CompareAndSwap(0, l.now()) // once a lease: see refusedLate
 	}
 	select {
 	case l.early <- k:

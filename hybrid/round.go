@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,6 +29,9 @@ const (
 // call that fails is an outage, as for a single call, and ends the round.
 func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, how syncKind, budget time.Duration) error {
 	s := &l.syncs
+	if how == regular {
+		defer l.sched.asked.Store(0) // every key was synced, or goes first next round
+	}
 	if s.chunk == 0 {
 		s.chunk = firstChunk
 	}
@@ -54,6 +58,7 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 		slices.SortFunc(batch[from:], byAge)
 	}
 	end := now + int64(budget)
+	rtt := s.rtt // before this round's calls fold theirs in
 	for i := 0; i < len(batch); {
 		t := l.now()
 		if i > 0 && t >= end {
@@ -65,6 +70,9 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 			return err
 		}
 		took := time.Duration(l.now() - t)
+		if i == 0 && how == regular {
+			l.lagged(t, int64(took), rtt)
+		}
 		switch {
 		case took > l.cfg.SyncTimeout/2:
 			s.chunk = max(minChunk, s.chunk/2)
@@ -77,22 +85,163 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 	return nil
 }
 
-// lateRound records when a regular round starts, and how long since the
-// last if that round left keys over and this one starts more than a
-// quarter Interval late (past the loop's jitter of a tenth): leases are
-// then sized for that gap (see horizon), at most 4 Intervals, so that
-// the keys synced every round do not run dry between rounds that take
-// longer than Interval. Otherwise it is 0: sizing leases for the
-// jitter, or for a loop merely slowed by a loaded machine, raised the
-// simulator's worst window (steady, Redis, 4 nodes, 100 ms) from 6.20%
-// to 6.85% and took TestLeaseShardsFleetWide past its bound under load.
+// pace is when the loop's regular rounds start, and how late. Sync loop
+// only.
+type pace struct {
+	last   int64    // when the last regular round started
+	gap    int64    // the time between the last two regular rounds' starts when late after keys were left over, else 0
+	late   int64    // how late the round in progress started
+	worst  [2]int64 // the most a round's grants came late, in this lagSpan and the last
+	turned int64    // when worst[0] began
+	lag    int64    // max(worst): what leases are sized for beyond the round trip
+}
+
+// lagSpan is how many Intervals a late round's grant sizes leases for
+// (between one and two lagSpans): a starved loop is late by fits (Go
+// runs a goroutine woken by the network within some tens of scheduling
+// slices), and leases sized for an average of its lateness, which
+// falls between fits, ran dry at the next (0.5-0.6% refused where all
+// were sized for the worst of the last few seconds).
+const (
+	lagSpan = 50
+	maxLag  = 16
+)
+
+// schedule is when the loop's next regular round is due, and how late
+// the loop runs, for the request path and Health.
+type schedule struct {
+	next     atomic.Int64 // when the next regular round is due
+	late     atomic.Int64 // how late the last regular round started
+	lagging  atomic.Bool  // some round's grants came late in the last lagSpan or two (pace.lag > 0)
+	asked    atomic.Int64 // when a key asked for an early sync that the loop has not finished; 0 if none
+	wait     atomic.Int64 // how long an early sync may take from the ask before it is late
+	refused  atomic.Int64 // when a Hybrid key last refused while the loop ran late; 0 if never
+	refusing atomic.Int64 // when such refusals began, the last time none had been for an Interval
+}
+
+// lateRound records when a regular round starts, and how late.
+//
+// The gap since the last round counts if that round left keys over and
+// this one starts more than a quarter Interval late (past the loop's
+// jitter of a tenth): leases are then sized for that gap (see horizon),
+// at most 4 Intervals, so that the keys synced every round do not run
+// dry between rounds that take longer than Interval. Otherwise it is
+// 0: sizing leases for the jitter, or for a loop merely slowed by a
+// loaded machine, raised the simulator's worst window (steady, Redis, 4
+// nodes, 100 ms) from 6.20% to 6.85% and took TestLeaseShardsFleetWide
+// past its bound under load.
+//
+// How late the round starts beside when the loop's timer was due counts
+// too (see lagged). The loop's jitter is not lateness (the due time is
+// jittered already); a ManualSync caller keeps its own time, and has
+// none.
 func (l *Limiter) lateRound(now int64) {
-	s := &l.syncs
-	s.roundGap = 0
-	if gap := now - s.lastRound; s.deferred > 0 && s.lastRound > 0 && gap > int64(l.cfg.Interval)*5/4 {
-		s.roundGap = min(gap, 4*int64(l.cfg.Interval))
+	s := &l.syncs.pace
+	interval := int64(l.cfg.Interval)
+	s.gap = 0
+	if gap := now - s.last; l.syncs.deferred > 0 && s.last > 0 && gap > interval*5/4 {
+		s.gap = min(gap, 4*interval)
 	}
-	s.lastRound = now
+	s.last = now
+	s.late = 0
+	if !l.cfg.ManualSync {
+		s.late = max(0, now-l.sched.next.Load())
+	}
+	l.sched.late.Store(s.late)
+}
+
+// lagged records that the first call of a regular round took took, its
+// grants installed late by the round's late start and what the call
+// took beyond the usual round trip, rtt. Leases and the early-sync
+// threshold (lowWater) are sized for the most of that in the last one
+// or two lagSpans (lag), at most 4 Intervals, so that they last until a
+// late round's grant. A node whose cores are all busy runs its loop
+// late: the timer has fired, or Redis has answered, but the goroutine
+// waits for a core. 32 goroutines calling Allow on 2 cores installed
+// grants 60-900 ms late at a 100 ms Interval, and leases sized for one
+// Interval ran dry until they came: 7.5% of requests refused at 10^9 a
+// second (TestStarvedNodeKeepsItsLeases). Lateness of a tenth of
+// Interval or less is within the lease's headroom, and not counted, so
+// that a loop merely slowed by a loaded machine does not grow leases
+// (see lateRound).
+func (l *Limiter) lagged(now, took, rtt int64) {
+	s := &l.syncs.pace
+	interval := int64(l.cfg.Interval)
+	if now-s.turned > lagSpan*interval {
+		s.worst[1], s.worst[0], s.turned = s.worst[0], 0, now
+	}
+	if late := s.late + took - rtt; late > interval/10 {
+		s.worst[0] = max(s.worst[0], min(late, maxLag*interval))
+	}
+	s.lag = max(s.worst[0], s.worst[1])
+	l.sched.lagging.Store(s.lag > 0)
+	l.sched.wait.Store(l.earlyGap() + rtt + interval/10)
+}
+
+// earlyRound syncs first, if not nil, and the other keys waiting for an
+// early sync, and then counts no early sync as asked for: one asked for
+// meanwhile and not in the batch waits for the next, and is not counted
+// late until it asks again.
+func (l *Limiter) earlyRound(ctx context.Context, first *keyState) error {
+	err := l.earlyBatch(ctx, first)
+	l.sched.asked.Store(0)
+	return err
+}
+
+// refusedLate records a Hybrid refusal at now for a spent lease, and
+// reports whether the refusing goroutine should yield its core to the
+// sync loop. Not on the path of a request the lease covers.
+//
+// The refusal is for lateness, which Health reports, if the loop runs
+// late: a regular round is overdue, an early sync asked for is not done
+// in time (EarlyGap, a round trip and a tenth of Interval), or some
+// round's grants came late within the last lagSpan or two. A ManualSync
+// caller keeps the loop's time itself.
+//
+// While a round is overdue or an early sync is waiting, the goroutine
+// yields: on a machine whose cores are all busy the loop waits for one,
+// most of all once Redis has answered (Go hands a goroutine woken by the
+// network, when no core is idle, to a queue each core looks at only every
+// 61 scheduling slices, some 300-600 ms with 16 goroutines a core), and
+// the goroutines the lease refuses are the ones keeping it from a core.
+// In TestStarvedNodeKeepsItsLeases this took refusals from 0.5-2% to
+// TODO. A request is still refused at once (it does not wait for the
+// sync), one scheduling slice later at most; one the lease covers never
+// yields.
+func (l *Limiter) refusedLate(now int64) (yield bool) {
+	if l.cfg.ManualSync {
+		return false
+	}
+	s := &l.sched
+	overdue := now > s.next.Load()
+	asked := s.asked.Load()
+	yield = overdue || asked != 0
+	wait := max(s.wait.Load(), l.earlyGap()+int64(l.cfg.Interval)/10)
+	if !overdue && !s.lagging.Load() && (asked == 0 || now-asked <= wait) {
+		return yield
+	}
+	last := s.refused.Load()
+	if now-last < int64(l.cfg.Interval)/16 {
+		return yield // recorded lately: spare the line many refusing goroutines share
+	}
+	if now-last > lagSpan*int64(l.cfg.Interval) {
+		s.refusing.Store(now)
+	}
+	s.refused.Store(now)
+	return yield
+}
+
+// lateHealth is how late the loop runs at now: the last regular round's
+// lateness or how overdue the next is, whichever is more; and, if it
+// refused requests for lateness within the last lagSpan Intervals (as
+// long as leases stay sized for its lateness), since when.
+func (l *Limiter) lateHealth(now int64) (late time.Duration, refusingSince int64, refusing bool) {
+	s := &l.sched
+	late = time.Duration(max(s.late.Load(), now-s.next.Load(), 0))
+	if r := s.refused.Load(); r > 0 && now-r <= lagSpan*int64(l.cfg.Interval) {
+		return late, s.refusing.Load(), true
+	}
+	return late, 0, false
 }
 
 // noteDeferred records how many of a round's keys it left for the next,

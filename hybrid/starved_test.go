@@ -60,22 +60,27 @@ func TestStarvedNodeKeepsItsLeases(t *testing.T) {
 			}
 		}
 	}
-	// Warm up unloaded: the key's first grants, as on a node that served
-	// it a while before the machine got busy.
-	steady(500 * time.Millisecond)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	busy := func(n int) {
+		for range n {
+			wg.Go(func() {
+				for !stop.Load() {
+					decide()
+				}
+			})
+		}
+	}
+	// Warm up with two goroutines calling Allow, one a core: the node
+	// serves what its cores can, as before the machine got busy, and
+	// its forecast knows the rate. Thirty more then ask no more in all
+	// (the cores were busy already) but leave the loop waiting for one.
+	busy(2)
+	steady(time.Second)
 	offered.Store(0)
 	refused.Store(0)
 	refusedHealthy.Store(0)
-
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for !stop.Load() {
-				decide()
-			}
-		})
-	}
+	busy(30)
 	steady(3 * time.Second)
 	stop.Store(true)
 	wg.Wait()

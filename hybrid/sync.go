@@ -35,8 +35,7 @@ type syncState struct {
 	spentAt   []int64  // each owed key's extra when its charge was sent
 	targets   []target // callLeases: what each Usage of a request is for
 	rtt       int64    // the sync round trip, a moving average (ns)
-	lastRound int64    // when the last regular round started
-	roundGap  int64    // the time between the last two regular rounds' starts when late after keys were left over (see lateRound), else 0
+	pace      pace     // when regular rounds start, and how late: see lateRound
 }
 
 // mark is what a sync read from a key's counters when it started.
@@ -64,8 +63,8 @@ func (l *Limiter) SyncOnce(ctx context.Context) error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	now := l.now()
-	l.nextSync.Store(now + int64(l.cfg.Interval))
 	l.lateRound(now)
+	l.sched.next.Store(now + int64(l.cfg.Interval))
 	l.shardHot(ctx, now)
 	batch := l.collect(now)
 	l.tendLeaseShards(ctx, now, batch)
@@ -310,13 +309,13 @@ func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
 // horizon is how long a lease granted now must last: until the grant
 // after next is installed, one interval and a round trip away (what is
 // spent during the next sync's round trip comes out of this lease), or
-// more when rounds come further apart than the interval (a round of
-// many keys on a starved machine: see syncRound). An
+// more when rounds come further apart or later than the interval (see
+// lateRound and lagged). An
 // interval longer than the window is cut to the window: a lease for more
 // than a window's traffic would be capped at the capacity anyway, and
 // the node refills early instead of refusing the rest of the interval.
 func (l *Limiter) horizon(p *policy) time.Duration {
-	return min(max(l.cfg.Interval, time.Duration(l.syncs.roundGap)), p.Window) + time.Duration(l.syncs.rtt)
+	return min(max(l.cfg.Interval, time.Duration(l.syncs.pace.gap)), p.Window) + time.Duration(l.syncs.rtt+l.syncs.pace.lag)
 }
 
 // observeRTT folds one sync's round trip into the moving average; a
@@ -335,7 +334,7 @@ func (s *syncState) observeRTT(d int64) {
 // early sync's least gap, whichever is more, so the refill lands before
 // the lease runs dry.
 func (l *Limiter) lowWater(k *keyState, lease int64) int64 {
-	trip := float64(l.syncs.rtt+l.earlyGap()) / 1e9
+	trip := float64(l.syncs.rtt+l.earlyGap()+l.syncs.pace.lag) / 1e9
 	return min(lease, max(1, lease/4, ceil(k.rate*trip*headroom)))
 }
 
@@ -493,7 +492,7 @@ func (l *Limiter) run(ctx context.Context) {
 	defer close(l.done)
 	due := l.now() + l.jittered()
 	for {
-		l.nextSync.Store(due)
+		l.sched.next.Store(due)
 		t := l.clk.NewTimer(time.Duration(due - l.now()))
 		select {
 		case <-ctx.Done():
@@ -541,7 +540,7 @@ func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
 	}
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	_ = l.earlyBatch(ctx, k)
+	_ = l.earlyRound(ctx, k)
 }
 
 // EarlyGap is the least time between two syncs of a key: a quarter

@@ -96,7 +96,9 @@ const (
 	// Healthy: the last sync reached the fleet.
 	Healthy Level = iota
 	// Degraded: the fleet is out of reach, and the node still limits to
-	// its whole last known share (the ladder's factor is 1).
+	// its whole last known share (the ladder's factor is 1); or it is in
+	// reach, but the node's sync loop runs so late that it refuses what
+	// its share would admit (Health.Late says how late).
 	Degraded
 	// Emergency: the fleet has been out of reach long enough that the
 	// ladder has cut the node's share.
@@ -133,6 +135,12 @@ type Health struct {
 	// KeyError is the last error the fleet answered a key with, nil if
 	// none has been since the Limiter started.
 	KeyError error
+	// Late is how late the node's sync loop runs: how late its last
+	// regular sync started, or how overdue the next is, whichever is
+	// more; 0 while it keeps time. A loop starved of CPU runs late, and
+	// its leases may run dry before the next sync brings more. A Ladder
+	// leaves it zero; hybrid.Limiter fills it in.
+	Late time.Duration
 }
 
 // Health is the health of a node whose fleet has been out of reach for
