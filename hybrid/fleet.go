@@ -199,10 +199,11 @@ func (l *Limiter) cutOff(now int64, since int64, partial bool) {
 
 // Health reports the Limiter's link to its fleet now: its level, how long
 // it has been at it, the ladder's factor in force, and how late its sync
-// loop runs. A node in touch with its fleet that refused a request for
-// lateness within the last Interval (its lease spent while a regular
-// sync was overdue: a loop starved of CPU) is Degraded, with the factor
-// at 1. A Limiter with no Syncer is always Healthy.
+// loop runs. A node in touch with its fleet that refused a request
+// under the limit for lateness (its lease spent while its loop ran more
+// than a quarter Interval late, as a loop starved of CPU does) within
+// the last 20 Intervals is Degraded, with the factor at 1, since its
+// first such refusal. A Limiter with no Syncer is always Healthy.
 func (l *Limiter) Health() Health {
 	now := l.now()
 	h := &l.health

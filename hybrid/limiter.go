@@ -304,11 +304,11 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 		return l.failed(k, now, n), nil
 	}
 	k.refused.Add(uint64(n))
-	if l.refusedLate(now) {
-		runtime.Gosched() // see refusedLate
-	}
 	if k.low.Load() > 0 || now >= k.until.Load() {
 		l.askEarly(k)
+	}
+	if l.refusedLate(k, now) {
+		runtime.Gosched() // see refusedLate
 	}
 	d.remaining = k.fleetRemaining.Load() + k.allowance()
 	d.retryAfter = l.retryAfter(now)

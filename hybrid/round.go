@@ -30,7 +30,7 @@ const (
 func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, how syncKind, budget time.Duration) error {
 	s := &l.syncs
 	if how == regular {
-		defer l.sched.asked.Store(0) // every key was synced, or goes first next round
+		defer l.answeredEarly(now)
 	}
 	if s.chunk == 0 {
 		s.chunk = firstChunk
@@ -96,25 +96,32 @@ type pace struct {
 	lag    int64    // max(worst): what leases are sized for beyond the round trip
 }
 
-// lagSpan is how many Intervals a late round's grant sizes leases for
-// (between one and two lagSpans): a starved loop is late by fits (Go
-// runs a goroutine woken by the network within some tens of scheduling
-// slices), and leases sized for an average of its lateness, which
-// falls between fits, ran dry at the next (0.5-0.6% refused where all
-// were sized for the worst of the last few seconds).
+// A late round's grant sizes leases for between one and two lagSpans of
+// Intervals: a starved loop is late by fits (Go runs a goroutine woken by
+// the network within some tens of scheduling slices), and an average of
+// its lateness, which falls between fits, let leases run dry at the next
+// (a moving average rising at once and falling by a sixteenth a round:
+// 0.5-0.6% refused in TestStarvedNodeKeepsItsLeases). The lag counts at
+// most maxLag Intervals: fits of 0.9-1.1 s were seen at 100 ms, more
+// than the 4 Intervals a gap between rounds counts for.
 const (
 	lagSpan = 50
 	maxLag  = 16
 )
+
+// lateFor is how many Intervals Health says Degraded after a refusal for
+// lateness (see refusedLate): a starved goroutine may run again, and
+// look, a second after it was refused.
+const lateFor = 20
 
 // schedule is when the loop's next regular round is due, and how late
 // the loop runs, for the request path and Health.
 type schedule struct {
 	next     atomic.Int64 // when the next regular round is due
 	late     atomic.Int64 // how late the last regular round started
-	lagging  atomic.Bool  // some round's grants came late in the last lagSpan or two (pace.lag > 0)
+	lagging  atomic.Bool  // some round's grants came more than a quarter Interval late in the last lagSpan or two
 	asked    atomic.Int64 // when a key asked for an early sync that the loop has not finished; 0 if none
-	wait     atomic.Int64 // how long an early sync may take from the ask before it is late
+	wait     atomic.Int64 // the round trip before the last regular round's
 	refused  atomic.Int64 // when a Hybrid key last refused while the loop ran late; 0 if never
 	refusing atomic.Int64 // when such refusals began, the last time none had been for an Interval
 }
@@ -154,16 +161,17 @@ func (l *Limiter) lateRound(now int64) {
 // grants installed late by the round's late start and what the call
 // took beyond the usual round trip, rtt. Leases and the early-sync
 // threshold (lowWater) are sized for the most of that in the last one
-// or two lagSpans (lag), at most 4 Intervals, so that they last until a
-// late round's grant. A node whose cores are all busy runs its loop
-// late: the timer has fired, or Redis has answered, but the goroutine
-// waits for a core. 32 goroutines calling Allow on 2 cores installed
-// grants 60-900 ms late at a 100 ms Interval, and leases sized for one
-// Interval ran dry until they came: 7.5% of requests refused at 10^9 a
-// second (TestStarvedNodeKeepsItsLeases). Lateness of a tenth of
-// Interval or less is within the lease's headroom, and not counted, so
-// that a loop merely slowed by a loaded machine does not grow leases
-// (see lateRound).
+// or two lagSpans (lag), at most maxLag Intervals, so that they last
+// until a late round's grant. A node whose cores are all busy runs its
+// loop late: the timer has fired, or Redis has answered, but the
+// goroutine waits for a core. 32 goroutines calling Allow on 2 cores
+// installed grants 60-1,100 ms late at a 100 ms Interval, and leases
+// sized for one Interval ran dry until they came: 0.4-1.4% of requests
+// refused at 10^9 a second, all while Healthy
+// (TestStarvedNodeKeepsItsLeases). Lateness of a tenth of Interval or
+// less is within the lease's headroom, and not counted, so that a loop
+// merely slowed by a loaded machine does not grow leases (see
+// lateRound).
 func (l *Limiter) lagged(now, took, rtt int64) {
 	s := &l.syncs.pace
 	interval := int64(l.cfg.Interval)
@@ -174,57 +182,74 @@ func (l *Limiter) lagged(now, took, rtt int64) {
 		s.worst[0] = max(s.worst[0], min(late, maxLag*interval))
 	}
 	s.lag = max(s.worst[0], s.worst[1])
-	l.sched.lagging.Store(s.lag > 0)
-	l.sched.wait.Store(l.earlyGap() + rtt + interval/10)
+	l.sched.lagging.Store(s.lag > interval/4)
+	l.sched.wait.Store(rtt)
 }
 
 // earlyRound syncs first, if not nil, and the other keys waiting for an
-// early sync, and then counts no early sync as asked for: one asked for
-// meanwhile and not in the batch waits for the next, and is not counted
-// late until it asks again.
+// early sync.
 func (l *Limiter) earlyRound(ctx context.Context, first *keyState) error {
-	err := l.earlyBatch(ctx, first)
-	l.sched.asked.Store(0)
-	return err
+	defer l.answeredEarly(l.now())
+	return l.earlyBatch(ctx, first)
 }
 
-// refusedLate records a Hybrid refusal at now for a spent lease, and
-// reports whether the refusing goroutine should yield its core to the
-// sync loop. Not on the path of a request the lease covers.
+// answeredEarly records a round begun at start that synced every key
+// asking for an early sync when it began: those that asked since wait in
+// the channel, and count from start.
+func (l *Limiter) answeredEarly(start int64) {
+	if len(l.early) == 0 {
+		l.sched.asked.Store(0)
+	} else {
+		l.sched.asked.Store(start)
+	}
+}
+
+// refusedLate records a Hybrid refusal of k at now for a spent lease,
+// and reports whether the refusing goroutine should yield its core to
+// the sync loop. Not on the path of a request the lease covers.
 //
-// The refusal is for lateness, which Health reports, if the loop runs
-// late: a regular round is overdue, an early sync asked for is not done
-// in time (EarlyGap, a round trip and a tenth of Interval), or some
-// round's grants came late within the last lagSpan or two. A ManualSync
-// caller keeps the loop's time itself.
+// The refusal is for lateness, which Health reports for lateFor
+// Intervals, if the fleet had room at k's last grant (the refusal is
+// under the limit: a key at its limit, or a new key on its starter
+// credit, is refused for what it has, not for the loop) and the loop
+// runs late: a regular round is overdue by more than a quarter
+// Interval, an early sync asked for is not done within EarlyGap, the
+// last regular round's round trip and a quarter Interval, or some
+// round's grants came more than a quarter Interval late within the last
+// lagSpan or two. A quarter: a loop merely slowed by a loaded machine,
+// or a distant Redis, is not a starved one. A ManualSync caller keeps
+// the loop's time itself.
 //
-// While a round is overdue or an early sync is waiting, the goroutine
+// While a round is overdue or k's early sync is waiting, the goroutine
 // yields: on a machine whose cores are all busy the loop waits for one,
-// most of all once Redis has answered (Go hands a goroutine woken by the
-// network, when no core is idle, to a queue each core looks at only every
-// 61 scheduling slices, some 300-600 ms with 16 goroutines a core), and
-// the goroutines the lease refuses are the ones keeping it from a core.
-// In TestStarvedNodeKeepsItsLeases this took refusals from 0.5-2% to
-// TODO. A request is still refused at once (it does not wait for the
-// sync), one scheduling slice later at most; one the lease covers never
-// yields.
-func (l *Limiter) refusedLate(now int64) (yield bool) {
+// most of all once Redis has answered (Go hands a goroutine woken by
+// the network, when no core is idle, to a queue each core looks at only
+// every 61 scheduling slices, some 300-600 ms with 16 goroutines a
+// core), and the goroutines the lease refuses are the ones keeping it
+// from a core. In TestStarvedNodeKeepsItsLeases, leases sized for the
+// lag alone refused 0-2.2% of requests in three runs, yielding alone
+// 0.08-0.19%, both 0-0.005%. A request is still refused at once (it
+// does not wait for the sync), one scheduling slice later at most; one
+// the lease covers never yields.
+func (l *Limiter) refusedLate(k *keyState, now int64) (yield bool) {
 	if l.cfg.ManualSync {
 		return false
 	}
 	s := &l.sched
-	overdue := now > s.next.Load()
-	asked := s.asked.Load()
-	yield = overdue || asked != 0
-	wait := max(s.wait.Load(), l.earlyGap()+int64(l.cfg.Interval)/10)
-	if !overdue && !s.lagging.Load() && (asked == 0 || now-asked <= wait) {
+	next, asked := s.next.Load(), s.asked.Load()
+	yield = now > next || k.early.Load()
+	if k.fleetRemaining.Load() <= 0 {
+		return yield
+	}
+	quarter := int64(l.cfg.Interval) / 4
+	if now-next <= quarter && !s.lagging.Load() && (asked == 0 || now-asked <= l.earlyGap()+s.wait.Load()+quarter) {
 		return yield
 	}
 	last := s.refused.Load()
-	if now-last < int64(l.cfg.Interval)/16 {
+	if now-last < quarter/4 {
 		return yield // recorded lately: spare the line many refusing goroutines share
 	}
-	if now-last > lagSpan*int64(l.cfg.Interval) {
+	if now-last > lateFor*int64(l.cfg.Interval) {
 		s.refusing.Store(now)
 	}
 	s.refused.Store(now)
@@ -233,12 +258,15 @@ func (l *Limiter) refusedLate(now int64) (yield bool) {
 
 // lateHealth is how late the loop runs at now: the last regular round's
 // lateness or how overdue the next is, whichever is more; and, if it
-// refused requests for lateness within the last lagSpan Intervals (as
-// long as leases stay sized for its lateness), since when.
+// refused requests for lateness within the last lateFor Intervals, since
+// when.
 func (l *Limiter) lateHealth(now int64) (late time.Duration, refusingSince int64, refusing bool) {
 	s := &l.sched
+	if l.cfg.ManualSync {
+		return 0, 0, false // the caller keeps the loop's time
+	}
 	late = time.Duration(max(s.late.Load(), now-s.next.Load(), 0))
-	if r := s.refused.Load(); r > 0 && now-r <= lagSpan*int64(l.cfg.Interval) {
+	if r := s.refused.Load(); r > 0 && now-r <= lateFor*int64(l.cfg.Interval) {
 		return late, s.refusing.Load(), true
 	}
 	return late, 0, false

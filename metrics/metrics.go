@@ -23,12 +23,16 @@ import (
 //
 //   - hybridlimit_keys: keys the Limiter tracks.
 //   - hybridlimit_health: 0 while the last sync reached the fleet, 1
-//     degraded, 2 emergency (partition.Level).
+//     degraded (cut off, or refusing because the sync loop runs late),
+//     2 emergency (partition.Level).
 //   - hybridlimit_ladder_factor: the part of its share the node may
 //     spend, 1 while healthy.
 //   - hybridlimit_failing_keys: keys the fleet, though reachable, answered
 //     with an error at their last sync or decision; they follow their
 //     policy's FailMode (Health.FailingKeys, Health.KeyError).
+//   - hybridlimit_sync_late_seconds: how late the sync loop runs
+//     (Health.Late): a loop starved of CPU starts its syncs late, and
+//     leases run dry sooner than they were sized for.
 //   - hybridlimit_hot_key_stripes{key}: stripes a hot Hybrid key's lease
 //     is split over on this node.
 //   - hybridlimit_hot_key_shards{key}: Redis keys a hot key is split
@@ -43,6 +47,7 @@ import (
 type Collector struct {
 	l                              *hybrid.Limiter
 	keys, health, factor, failing  *prometheus.Desc
+	late                           *prometheus.Desc
 	hotStripes, hotShards, hotRate *prometheus.Desc
 }
 
@@ -57,6 +62,7 @@ func NewCollector(l *hybrid.Limiter) *Collector {
 		health:     prometheus.NewDesc("hybridlimit_health", "Link to the fleet: 0 healthy, 1 degraded, 2 emergency.", nil, nil),
 		factor:     prometheus.NewDesc("hybridlimit_ladder_factor", "Part of its share the node may spend: 1 while healthy, less while cut off.", nil, nil),
 		failing:    prometheus.NewDesc("hybridlimit_failing_keys", "Keys the fleet answered with an error; they follow their policy's FailMode.", nil, nil),
+		late:       prometheus.NewDesc("hybridlimit_sync_late_seconds", "How late the sync loop runs: its last regular sync's start, or the next's if overdue.", nil, nil),
 		hotStripes: prometheus.NewDesc("hybridlimit_hot_key_stripes", "Stripes a hot Hybrid key's lease is split over on this node.", key, nil),
 		hotShards:  prometheus.NewDesc("hybridlimit_hot_key_shards", "Redis keys a hot key is split into: a Strict key's decisions, or a Hybrid key's leases.", key, nil),
 		hotRate:    prometheus.NewDesc("hybridlimit_hot_key_rate", "Requests per second offered to this node for a hot key, estimated.", key, nil),
@@ -65,7 +71,7 @@ func NewCollector(l *hybrid.Limiter) *Collector {
 
 // Describe sends the descriptors of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.keys, c.health, c.factor, c.failing, c.hotStripes, c.hotShards, c.hotRate} {
+	for _, d := range []*prometheus.Desc{c.keys, c.health, c.factor, c.failing, c.late, c.hotStripes, c.hotShards, c.hotRate} {
 		ch <- d
 	}
 }
@@ -77,6 +83,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.health, prometheus.GaugeValue, float64(h.Level))
 	ch <- prometheus.MustNewConstMetric(c.factor, prometheus.GaugeValue, h.Factor)
 	ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, float64(h.FailingKeys))
+	ch <- prometheus.MustNewConstMetric(c.late, prometheus.GaugeValue, h.Late.Seconds())
 	for _, k := range c.l.HotKeys() {
 		if k.Stripes > 0 {
 			ch <- prometheus.MustNewConstMetric(c.hotStripes, prometheus.GaugeValue, float64(k.Stripes), k.Key)

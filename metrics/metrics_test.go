@@ -69,7 +69,10 @@ hybridlimit_keys 2
 # HELP hybridlimit_ladder_factor Part of its share the node may spend: 1 while healthy, less while cut off.
 # TYPE hybridlimit_ladder_factor gauge
 hybridlimit_ladder_factor 1
-`), "hybridlimit_failing_keys", "hybridlimit_health", "hybridlimit_hot_key_stripes", "hybridlimit_keys", "hybridlimit_ladder_factor"))
+# HELP hybridlimit_sync_late_seconds How late the sync loop runs: its last regular sync's start, or the next's if overdue.
+# TYPE hybridlimit_sync_late_seconds gauge
+hybridlimit_sync_late_seconds 0
+`), "hybridlimit_failing_keys", "hybridlimit_health", "hybridlimit_hot_key_stripes", "hybridlimit_keys", "hybridlimit_ladder_factor", "hybridlimit_sync_late_seconds"))
 	require.InDelta(t, 5000, value(t, reg, "hybridlimit_hot_key_rate"), 1000, "the rate offered, estimated")
 
 	for range 20 {
