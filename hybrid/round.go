@@ -58,7 +58,6 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 		slices.SortFunc(batch[from:], byAge)
 	}
 	end := now + int64(budget)
-	rtt := s.rtt // before this round's calls fold theirs in
 	for i := 0; i < len(batch); {
 		t := l.now()
 		if i > 0 && t >= end {
@@ -70,9 +69,6 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 			return err
 		}
 		took := time.Duration(l.now() - t)
-		if i == 0 && how == regular {
-			l.lagged(t, int64(took), rtt)
-		}
 		switch {
 		case took > l.cfg.SyncTimeout/2:
 			s.chunk = max(minChunk, s.chunk/2)
@@ -90,7 +86,6 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 type pace struct {
 	last   int64    // when the last regular round started
 	gap    int64    // the time between the last two regular rounds' starts when late after keys were left over, else 0
-	late   int64    // how late the round in progress started
 	worst  [2]int64 // the most a round's grants came late, in this lagSpan and the last
 	turned int64    // when worst[0] began
 	lag    int64    // max(worst): what leases are sized for beyond the round trip
@@ -119,9 +114,8 @@ const lateFor = 20
 type schedule struct {
 	next     atomic.Int64 // when the next regular round is due
 	late     atomic.Int64 // how late the last regular round started
-	lagging  atomic.Bool  // some round's grants came more than a quarter Interval late in the last lagSpan or two
 	asked    atomic.Int64 // when a key asked for an early sync that the loop has not finished; 0 if none
-	wait     atomic.Int64 // the round trip before the last regular round's
+	wait     atomic.Int64 // the sync round trip at the last regular round
 	refused  atomic.Int64 // when a Hybrid key last refused while the loop ran late; 0 if never
 	refusing atomic.Int64 // when such refusals began, the last time none had been for an Interval
 }
@@ -150,40 +144,41 @@ func (l *Limiter) lateRound(now int64) {
 		s.gap = min(gap, 4*interval)
 	}
 	s.last = now
-	s.late = 0
-	if !l.cfg.ManualSync {
-		s.late = max(0, now-l.sched.next.Load())
+	if l.cfg.ManualSync {
+		return
 	}
-	l.sched.late.Store(s.late)
+	late := max(0, now-l.sched.next.Load())
+	l.sched.late.Store(late)
+	l.lagged(now, late)
 }
 
-// lagged records that the first call of a regular round took took, its
-// grants installed late by the round's late start and what the call
-// took beyond the usual round trip, rtt. Leases and the early-sync
-// threshold (lowWater) are sized for the most of that in the last one
-// or two lagSpans (lag), at most maxLag Intervals, so that they last
-// until a late round's grant. A node whose cores are all busy runs its
-// loop late: the timer has fired, or Redis has answered, but the
-// goroutine waits for a core. 32 goroutines calling Allow on 2 cores
-// installed grants 60-1,100 ms late at a 100 ms Interval, and leases
-// sized for one Interval ran dry until they came: 0.4-1.4% of requests
-// refused at 10^9 a second, all while Healthy
-// (TestStarvedNodeKeepsItsLeases). Lateness of a tenth of Interval or
-// less is within the lease's headroom, and not counted, so that a loop
-// merely slowed by a loaded machine does not grow leases (see
-// lateRound).
-func (l *Limiter) lagged(now, took, rtt int64) {
+// lagged records that the regular round starting at now started late
+// by late. Leases and the early-sync threshold (lowWater) are sized for
+// the most of that in the last one or two lagSpans (lag), at most
+// maxLag Intervals, so that they last until a late round's grant. A
+// node whose cores are all busy runs its loop late: the timer has
+// fired, or an early sync's Redis has answered, but the goroutine waits
+// for a core. 32 goroutines calling Allow on 2 cores started rounds
+// 60-1,100 ms late at a 100 ms Interval, and leases sized for one
+// Interval ran dry until they came: 0.4-1.4% of requests refused at
+// 10^9 a second, all while Healthy (TestStarvedNodeKeepsItsLeases).
+// Lateness of a tenth of Interval or less is within the lease's
+// headroom, and not counted, so that a loop merely slowed by a loaded
+// machine does not grow leases (see lateRound). How long the round's
+// calls take is not lateness: a starved wake-up after Redis answers
+// shows in the round trip, which leases cover already, and a call that
+// waited out a dead Redis before the Failover answered is an outage.
+func (l *Limiter) lagged(now, late int64) {
 	s := &l.syncs.pace
 	interval := int64(l.cfg.Interval)
 	if now-s.turned > lagSpan*interval {
 		s.worst[1], s.worst[0], s.turned = s.worst[0], 0, now
 	}
-	if late := s.late + took - rtt; late > interval/10 {
+	if late > interval/10 {
 		s.worst[0] = max(s.worst[0], min(late, maxLag*interval))
 	}
 	s.lag = max(s.worst[0], s.worst[1])
-	l.sched.lagging.Store(s.lag > interval/4)
-	l.sched.wait.Store(rtt)
+	l.sched.wait.Store(l.syncs.rtt)
 }
 
 // earlyRound syncs first, if not nil, and the other keys waiting for an
@@ -228,7 +223,7 @@ func (l *Limiter) answeredEarly(start int64) {
 // core), and the goroutines the lease refuses are the ones keeping it
 // from a core. In TestStarvedNodeKeepsItsLeases, leases sized for the
 // lag alone refused 0-2.2% of requests in three runs, yielding alone
-// 0.08-0.19%, both 0-0.005%. A request is still refused at once (it
+// 0.08-0.19%, both 0.0014-0.0020%. A request is still refused at once (it
 // does not wait for the sync), one scheduling slice later at most; one
 // the lease covers never yields.
 func (l *Limiter) refusedLate(k *keyState, now int64) (yield bool) {
@@ -242,7 +237,7 @@ func (l *Limiter) refusedLate(k *keyState, now int64) (yield bool) {
 		return yield
 	}
 	quarter := int64(l.cfg.Interval) / 4
-	if now-next <= quarter && !s.lagging.Load() && (asked == 0 || now-asked <= l.earlyGap()+s.wait.Load()+quarter) {
+	if now-next <= quarter && (asked == 0 || now-asked <= l.earlyGap()+s.wait.Load()+quarter) {
 		return yield
 	}
 	last := s.refused.Load()
