@@ -86,12 +86,12 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 type pace struct {
 	last   int64    // when the last regular round started
 	gap    int64    // the time between the last two regular rounds' starts when late after keys were left over, else 0
-	worst  [2]int64 // the most a round's grants came late, in this lagSpan and the last
+	worst  [2]int64 // the latest a round started, in this lagSpan and the last
 	turned int64    // when worst[0] began
 	lag    int64    // max(worst): what leases are sized for beyond the round trip
 }
 
-// A late round's grant sizes leases for between one and two lagSpans of
+// A late round's start sizes leases for between one and two lagSpans of
 // Intervals: a starved loop is late by fits (Go runs a goroutine woken by
 // the network within some tens of scheduling slices), and an average of
 // its lateness, which falls between fits, let leases run dry at the next
@@ -208,12 +208,12 @@ func (l *Limiter) answeredEarly(start int64) {
 // under the limit: a key at its limit, or a new key on its starter
 // credit, is refused for what it has, not for the loop) and the loop
 // runs late: a regular round is overdue by more than a quarter
-// Interval, an early sync asked for is not done within EarlyGap, the
-// last regular round's round trip and a quarter Interval, or some
-// round's grants came more than a quarter Interval late within the last
-// lagSpan or two. A quarter: a loop merely slowed by a loaded machine,
-// or a distant Redis, is not a starved one. A ManualSync caller keeps
-// the loop's time itself.
+// Interval, or an early sync asked for is not done within EarlyGap, the
+// last regular round's round trip and a quarter Interval. A quarter: a
+// loop merely slowed by a loaded machine, or a distant Redis, is not a
+// starved one, and a healthy fleet's tests (TestUnderLimitRefusals,
+// TestFailoverToGossip) stayed Healthy only so. A ManualSync caller
+// keeps the loop's time itself.
 //
 // While a round is overdue or k's early sync is waiting, the goroutine
 // yields: on a machine whose cores are all busy the loop waits for one,
@@ -223,9 +223,9 @@ func (l *Limiter) answeredEarly(start int64) {
 // core), and the goroutines the lease refuses are the ones keeping it
 // from a core. In TestStarvedNodeKeepsItsLeases, leases sized for the
 // lag alone refused 0-2.2% of requests in three runs, yielding alone
-// 0.08-0.19%, both 0.0014-0.0020%. A request is still refused at once (it
-// does not wait for the sync), one scheduling slice later at most; one
-// the lease covers never yields.
+// 0.08-0.19%, both 0.0005-0.0022%. A request is still refused at once
+// (it does not wait for the sync), one scheduling slice later at most;
+// one the lease covers never yields.
 func (l *Limiter) refusedLate(k *keyState, now int64) (yield bool) {
 	if l.cfg.ManualSync {
 		return false
