@@ -226,13 +226,17 @@ type Config struct {
 	Shares global.Shares
 
 	// IdleTimeout is how long a key may go without requests before the
-	// node hands its lease back and forgets it. Default
+	// node hands its lease back and forgets it; while the Limiter tracks
+	// more than three quarters of MaxKeys, two Intervals. Default
 	// DefaultIdleTimeout; at least two Intervals.
 	IdleTimeout time.Duration
 
-	// MaxKeys caps the keys the Limiter tracks; past it, keys idle since
-	// the last sync are forgotten early, and if none is, a new key gets
-	// ErrTooManyKeys. Default DefaultMaxKeys.
+	// MaxKeys caps the keys the Limiter tracks; past it, a new key gets
+	// ErrTooManyKeys. Past three quarters of it, keys idle for two
+	// Intervals are handed back and forgotten, so a client that sends
+	// each request under a new key fills the table with at most what it
+	// sends in three or four Intervals; size MaxKeys above that. Default
+	// DefaultMaxKeys.
 	MaxKeys int
 
 	// MaxKeyLen is the longest key accepted, in bytes. Default

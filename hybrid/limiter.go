@@ -30,8 +30,9 @@ var (
 	ErrKeyTooLong = errors.New("hybrid: key is longer than Config.MaxKeyLen")
 
 	// ErrTooManyKeys is returned for a new key when Config.MaxKeys keys
-	// are tracked and none has been idle since the last sync. Raise
-	// MaxKeys, or shorten IdleTimeout.
+	// are tracked and none has been idle since the last sync: new keys
+	// come faster than idle ones are forgotten. Raise MaxKeys, or
+	// shorten IdleTimeout.
 	ErrTooManyKeys = errors.New("hybrid: Config.MaxKeys keys are in use; raise MaxKeys or shorten IdleTimeout")
 )
 

@@ -87,7 +87,7 @@ const (
 // keys unused for an IdleTimeout.
 func (l *Limiter) collect(now int64) []*keyState {
 	s := &l.syncs
-	sweep := now-s.lastSweep >= int64(l.cfg.IdleTimeout)
+	sweep := now-s.lastSweep >= l.idleAfter()
 	if sweep {
 		s.lastSweep = now
 	}
@@ -114,50 +114,6 @@ func (l *Limiter) collect(now int64) []*keyState {
 		return true
 	})
 	return s.batch
-}
-
-// forget removes k; a caller still holding it sees it retired and looks
-// the key up again.
-func (l *Limiter) forget(k *keyState) {
-	k.retired.Store(true)
-	if l.keys.CompareAndDelete(k.key, k) {
-		l.nkeys.Add(-1)
-		l.keyForgotten(k)
-		k.resetFallback() // sized to its own limit, local would keep it
-	}
-}
-
-// sweepOther forgets a Local or Strict key unused since the last sweep,
-// and starts a new period for one that was used.
-func (l *Limiter) sweepOther(k *keyState) {
-	if !k.touched.Load() && (k.pol.Mode != Strict || l.charger == nil || !k.owes()) {
-		l.forget(k)
-		return
-	}
-	k.touched.Store(false)
-}
-
-// makeRoom forgets keys that are idle, at most once per Interval, and
-// reports whether there is room for a new key.
-func (l *Limiter) makeRoom() bool {
-	if !l.syncMu.TryLock() {
-		return false
-	}
-	defer l.syncMu.Unlock()
-	now := l.now()
-	if now-l.syncs.lastRoom >= int64(l.cfg.Interval) {
-		l.syncs.lastRoom = now
-		l.keys.Range(func(_, v any) bool {
-			k := v.(*keyState)
-			if k.pol.Mode != Hybrid {
-				l.sweepOther(k)
-			} else if k.allReported(len(l.fleets), k.spent()) && k.allowance() == 0 && k.hasGrant.Load() && k.lease == 0 {
-				l.forget(k)
-			}
-			return true
-		})
-	}
-	return l.nkeys.Load() < int64(l.cfg.MaxKeys)
 }
 
 // syncBatch syncs batch with the fleets, and installs the grants of the
@@ -294,7 +250,7 @@ func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 // it reports spent since the last sync.
 func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
 	k.capped = false
-	k.idle = now-k.activeAt > int64(l.cfg.IdleTimeout)
+	k.idle = now-k.activeAt > l.idleAfter()
 	if k.idle {
 		return 0
 	}
@@ -484,6 +440,7 @@ func (l *Limiter) unreached(now int64, batch []*keyState) {
 		if k.hasGrant.Load() && now > k.expires {
 			k.zero()
 		}
+		l.forgetCutOff(k, now)
 	}
 }
 
