@@ -113,10 +113,6 @@ func (r *Redis) runByMaster(ctx context.Context, cc *redis.ClusterClient, calls 
 		}
 		groups[m] = append(groups[m], i)
 	}
-	if len(groups) == 1 {
-		r.pipeline(ctx, cc, r.addr, calls, idx, out)
-		return
-	}
 	var wg sync.WaitGroup
 	for m, g := range groups {
 		wg.Go(func() { r.pipeline(ctx, m, m.Options().Addr, calls, g, out) })
