@@ -1,7 +1,9 @@
 package hybrid_test
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,4 +119,85 @@ func TestMasterDownOnCluster(t *testing.T) {
 		assert.Equal(t, len(lost), h.FailingKeys, "node %d: the dead master's keys", i+1)
 		assert.ErrorIs(t, h.KeyError, global.ErrUnreachable, "node %d", i+1)
 	}
+}
+
+// partSyncer is a fleet in parts, one of them down: it grants every key
+// what it asks for, but answers the keys starting with down with an error
+// wrapping global.ErrUnreachable, as Redis does for a Cluster master
+// that is down while the others answer. It counts the syncs each key
+// was in. Sync loop only.
+type partSyncer struct {
+	down  string
+	cut   bool
+	syncs map[string]int
+}
+
+func (p *partSyncer) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
+	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+	for i, u := range req.Keys {
+		p.syncs[u.Key]++
+		if p.cut && strings.HasPrefix(u.Key, p.down) {
+			resp.Grants[i].Err = fmt.Errorf("%w: Redis 127.0.0.1:1: connection refused", global.ErrUnreachable)
+			continue
+		}
+		resp.Grants[i] = global.Grant{Lease: u.Demand, TTL: 300 * time.Millisecond, Remaining: u.Limit.Limit - u.Demand, Nodes: 1, Weight: 1}
+	}
+	return resp, nil
+}
+
+// TestKeyCutOffAlone cuts one key's part of the fleet off while the rest
+// answers: the node stays Healthy, its syncs succeed (so its breaker
+// stays closed), and Health counts the key, with an error wrapping
+// global.ErrUnreachable. The key is synced again only every 10
+// Intervals meanwhile, and once its lease lapses it follows FailStatic
+// on the ladder from when it was cut off: half its share after the
+// ladder's first second. The other key keeps its leases. Before, such
+// a key was treated as a corrupt key: FailStatic at its full share, for
+// ever, and synced every round.
+func TestKeyCutOffAlone(t *testing.T) {
+	t.Parallel()
+	fleet := &partSyncer{down: "lost:", syncs: map[string]int{}}
+	l, clk := manual(t, hybrid.Config{Syncer: fleet, FleetSize: 1,
+		Ladder: partition.LadderConfig{Steps: []partition.Step{{Until: time.Second, Factor: 1}, {Factor: 0.5}}},
+		Policies: []hybrid.Policy{
+			{Name: "lost", Prefix: "lost:", Limit: 1000, Window: time.Second},
+			{Name: "fine", Prefix: "fine:", Limit: 1000, Window: time.Second},
+		}})
+	ctx := context.Background()
+	for _, key := range []string{"lost:k", "fine:k"} {
+		_, err := l.AllowN(key, 0)
+		require.NoError(t, err)
+	}
+	for range 3 {
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(ctx))
+	}
+	fleet.cut = true
+	clear(fleet.syncs)
+	for range 20 { // 2 s
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(ctx), "the rest of the fleet answers")
+		h := l.Health()
+		require.Equal(t, partition.Healthy, h.Level)
+		require.Equal(t, 1, h.FailingKeys)
+		require.ErrorIs(t, h.KeyError, global.ErrUnreachable)
+	}
+	assert.Equal(t, 20, fleet.syncs["fine:k"], "the other key is synced every round")
+	assert.LessOrEqual(t, fleet.syncs["lost:k"], 3, "the cut key, every 10 Intervals")
+	assert.Positive(t, fleet.syncs["lost:k"], "the cut key is probed")
+
+	n, degraded := offerN(t, l, "lost:k", 1000)
+	assert.True(t, degraded, "the cut key follows its FailMode")
+	assert.InDelta(t, 500, n, 10, "FailStatic at half its share, 2 s into its cut")
+	_, degraded = offerN(t, l, "fine:k", 10)
+	assert.False(t, degraded, "the other key is served from its lease")
+
+	fleet.cut = false
+	for range 11 {
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(ctx))
+	}
+	h := l.Health()
+	assert.Equal(t, partition.Healthy, h.Level)
+	assert.Zero(t, h.FailingKeys, "the key is answered again")
 }
