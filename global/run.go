@@ -257,7 +257,9 @@ var unwritable = []string{"OOM ", "NOREPLICAS ", "MISCONF ", "READONLY ", "MASTE
 // call until the deadline, and its last error is then the deadline's.
 func (r *Redis) unreachable(addr string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: Redis %s did not answer in time (RedisConfig.Timeout is %v): %w", ErrUnreachable, addr, r.cfg.Timeout, err)
+		// The deadline is RedisConfig.Timeout's, or an earlier one of
+		// the caller's (a hybrid Limiter's SyncTimeout).
+		return fmt.Errorf("%w: Redis %s did not answer in time (RedisConfig.Timeout is %v, or the caller's deadline was sooner): %w", ErrUnreachable, addr, r.cfg.Timeout, err)
 	}
 	return fmt.Errorf("%w: Redis %s: %w", ErrUnreachable, addr, err)
 }
