@@ -119,10 +119,20 @@ func (r *Redis) runByMaster(ctx context.Context, cc *redis.ClusterClient, calls 
 	}
 	wg.Wait()
 	var moved []int
+	down := false
 	for _, i := range idx {
 		if err := out[i].err; err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
 			moved = append(moved, i)
 		}
+		down = down || out[i].down
+	}
+	if down {
+		// cc learns of a master that failed from its own calls, which
+		// these were not: without this, a replica promoted in its place
+		// would be found only at cc's next periodic reload (60 s by
+		// default). The reload runs in the background, at most once
+		// per cc's cool-down.
+		cc.ReloadState(ctx)
 	}
 	if len(moved) > 0 {
 		r.pipeline(ctx, cc, r.addr, calls, moved, out)
