@@ -19,6 +19,10 @@ import (
 // that key has gone unanswered (cutFactor), and what it spends is
 // reported once its part of the store answers again. Health counts such
 // keys in FailingKeys, with a KeyError that wraps global.ErrUnreachable.
+// They are synced apart from the others, every cutRetry Intervals (see
+// splitCut and syncCut), so that the dead part's wait does not delay the
+// others' grants. The hot path is unchanged; a key carries 16 bytes more
+// (cutFactor, answeredAt).
 
 // cutBit marks keyState.cutFactor as set: a factor's own sign bit is
 // always clear, and a factor of 0 is a factor all the same.
