@@ -445,7 +445,7 @@ func (l *Limiter) sizeFallback(k *keyState, now int64) {
 	if k.pol.local == nil {
 		return
 	}
-	fbits := l.factor.Load()
+	fbits := l.factorFor(k)
 	old := k.fallback.Load()
 	if old == fbits|sizedBit || !k.fallback.CompareAndSwap(old, fbits|sizedBit) {
 		return // sized, or being sized by another request
@@ -508,7 +508,7 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 			k.word.Store(uint64(l.starter(pol)))
 		}
 		t := l.now()
-		k.activeAt, k.forecastAt, k.lastSync = t, t, t-int64(l.cfg.Interval)
+		k.activeAt, k.forecastAt, k.lastSync, k.answeredAt = t, t, t-int64(l.cfg.Interval), t
 	}
 	v, loaded := l.keys.LoadOrStore(key, k)
 	if !loaded {

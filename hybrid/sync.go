@@ -36,6 +36,7 @@ type syncState struct {
 	targets   []target // callLeases: what each Usage of a request is for
 	rtt       int64    // the sync round trip, a moving average (ns)
 	lastRound int64    // when the last regular round started
+	cutOnly   bool     // the batch in sync is of keys cut off alone, after the round reached the rest (see syncCut)
 	roundGap  int64    // the time between the last two regular rounds' starts when late after keys were left over (see lateRound), else 0
 }
 
@@ -162,8 +163,12 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 		sent := l.wall(start)
 		f.answered = chosen != nil
 		resp, err := l.call(ctx, f, i, batch, s.marks)
-		f.result(sent, err)
-		f.timed(l.cfg.SyncTimeout, err)
+		if err != nil && s.cutOnly && errors.Is(err, global.ErrUnreachable) {
+			resp, err = cutResponse(len(batch), err), nil // see syncCut
+		} else {
+			f.result(sent, err)
+			f.timed(l.cfg.SyncTimeout, err)
+		}
 		if err != nil {
 			for _, k := range batch {
 				k.forgetStale(i)
@@ -188,7 +193,9 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 		}
 		chosen = resp
 		after := l.now()
-		s.observeRTT(after - start)
+		if !s.cutOnly { // a dead part's wait is no round trip the leases must cover
+			s.observeRTT(after - start)
+		}
 		factor := 1.0
 		if resp.Partitioned > 0 {
 			l.cutOff(after, after-int64(resp.Partitioned), true)
@@ -346,7 +353,9 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	k.lastSync = now
 	if g.Err != nil {
 		if !errors.Is(g.Err, errUnsettled) {
-			if !k.hasGrant.Load() {
+			if errors.Is(g.Err, global.ErrUnreachable) {
+				l.keyCut(k, now) // its part of the fleet is down: see keyCut
+			} else if !k.hasGrant.Load() {
 				// The starter credit was lent against a grant the
 				// fleet has now refused: the FailMode decides from
 				// here, not the credit.
@@ -362,6 +371,7 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 		return
 	}
 	l.keyAnswered(k)
+	k.keyReached(now)
 	lease := max(0, min(g.Lease, maxAllowance))
 	if factor < 1 {
 		// The ladder cuts the node's share, not its demand: what it may

@@ -27,8 +27,9 @@ import (
 //   - hybridlimit_ladder_factor: the part of its share the node may
 //     spend, 1 while healthy.
 //   - hybridlimit_failing_keys: keys the fleet, though reachable, answered
-//     with an error at their last sync or decision; they follow their
-//     policy's FailMode (Health.FailingKeys, Health.KeyError).
+//     with an error at their last sync or decision, or whose part of the
+//     fleet (a Redis Cluster master) is down; they follow their policy's
+//     FailMode (Health.FailingKeys, Health.KeyError).
 //   - hybridlimit_hot_key_stripes{key}: stripes a hot Hybrid key's lease
 //     is split over on this node.
 //   - hybridlimit_hot_key_shards{key}: Redis keys a hot key is split
