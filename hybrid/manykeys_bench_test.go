@@ -3,6 +3,8 @@ package hybrid_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -114,4 +116,40 @@ func BenchmarkLocalPolicyManyKeys(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// BenchmarkMemoryPerKey reports the heap a Hybrid key holds, its name
+// and the key table's share included, with 200,000 keys each decided
+// once.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	const n = 200_000
+	srv := redistest.StartServer(b)
+	var perKey float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		l, err := hybrid.New(hybrid.Config{
+			Node:       "bench",
+			Policies:   []hybrid.Policy{{Name: "p", Limit: 1_000_000_000, Window: time.Second}},
+			Syncer:     redisSyncer(b, srv),
+			ManualSync: true,
+			MaxKeys:    2 * n,
+		})
+		require.NoError(b, err)
+		for i := range n {
+			// Built here, so the heap held by the keys is counted too.
+			_, err := l.Allow("tenant:" + strconv.Itoa(i))
+			require.NoError(b, err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		require.Equal(b, n, l.Len())
+		perKey = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(l)
+		b.StopTimer()
+		l.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(perKey, "bytes/key")
 }
