@@ -16,12 +16,12 @@ import (
 )
 
 // TestFloodLocksNoOneOut: a client sends each request under a new key (a
-// rotating API key), 2,000 keys a second for 3 s, against MaxKeys 4,000,
+// rotating API key), 1,000 keys a second for 4 s, against MaxKeys 2,000,
 // while a tenant starts a new key every 50 ms. Keys the flood saw once
 // hand their leases back and are forgotten within a few intervals once
 // the table is crowded, so there is room for the tenant's keys. Before,
 // every one-off key was kept for IdleTimeout (here 10 s) and every new
-// key after the first 4,000 failed ErrTooManyKeys until then: the
+// key after the first 2,000 failed ErrTooManyKeys until then: the
 // tenant's new keys were refused for the rest of the flood.
 func TestFloodLocksNoOneOut(t *testing.T) {
 	t.Parallel()
@@ -33,14 +33,14 @@ func TestFloodLocksNoOneOut(t *testing.T) {
 		Policies: []hybrid.Policy{{Name: "api", Limit: 100, Window: time.Second}},
 		Syncer:   r,
 		Interval: 50 * time.Millisecond,
-		MaxKeys:  4_000,
+		MaxKeys:  2_000,
 	})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, l.Close()) }()
 
 	const (
-		perSec = 2_000
-		run    = 3 * time.Second
+		perSec = 1_000
+		run    = 4 * time.Second
 	)
 	start := time.Now()
 	flood, floodRefused := 0, 0
