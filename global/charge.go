@@ -53,8 +53,9 @@ type StrictCharge struct {
 // All charges go in one pipelined round trip per Redis node. Charge
 // returns one error per charge (nil, or an error of that key's: a limit
 // or key out of range, wrapping ErrInvalid; state no node could have
-// written, wrapping ErrCorrupt), or an error wrapping ErrUnreachable if
-// Redis could not be reached; then none of the charges may be counted,
+// written, wrapping ErrCorrupt; wrapping ErrUnreachable, its Cluster
+// master down while others answered), or an error wrapping
+// ErrUnreachable if Redis could not be reached; then none of the charges may be counted,
 // or some may be, and a caller that sends them again risks counting
 // those twice, which refuses, never admits, too much.
 func (r *Redis) Charge(ctx context.Context, charges []StrictCharge) ([]error, error) {

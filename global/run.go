@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +25,7 @@ type scriptCall struct {
 type callResult struct {
 	vals []int64
 	err  error
+	down bool // err isUnreachable: the call had no answer
 }
 
 // runOne runs one call within the configured timeout.
@@ -55,60 +57,132 @@ func (r *Redis) runAll(ctx context.Context, calls []scriptCall) ([][]int64, erro
 	return out, nil
 }
 
-// run executes calls as EVALSHA in one pipeline; go-redis splits a
-// Cluster pipeline by node, so that is one round trip per node. A node
-// that does not have a script yet (the first call there, a restart,
-// SCRIPT FLUSH) answers NOSCRIPT, and the calls that failed so are
-// retried once as EVAL, which sends the script's text, runs it and
-// caches it in one step: a cache flushed a second time between a
-// separate load and the retry cannot fail the call. NewRedis loads
-// nothing: one more round trip on a node's first call costs less than
-// a start-up that needs Redis.
+// run executes calls as EVALSHA, in one round trip per Redis node: one
+// pipeline, or on a Cluster one per master (see runByMaster).
 //
-// An error that means Redis takes no calls now fails them all (see
-// isUnreachable); any other fails its own call. A reply is checked for
-// its length, and each call's caller checks its numbers.
+// An error that means Redis takes no calls now (see isUnreachable) fails
+// its own call, wrapping ErrUnreachable, and fails them all, as run's
+// error, when no call had an answer. So a Cluster master that is down
+// fails only the calls for its slots: the others' replies, which have
+// taken from their buckets, are not thrown away. Any other error fails
+// its own call. A reply is checked for its length, and each call's
+// caller checks its numbers.
 func (r *Redis) run(ctx context.Context, calls []scriptCall) ([]callResult, error) {
 	out := make([]callResult, len(calls))
 	if len(calls) == 0 {
 		return out, nil
 	}
-	pending := make([]int, len(calls))
-	for i := range pending {
-		pending[i] = i
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
 	}
+	if cc, ok := r.cfg.Client.(*redis.ClusterClient); ok {
+		r.runByMaster(ctx, cc, calls, all, out)
+	} else {
+		r.pipeline(ctx, r.cfg.Client, r.addr, calls, all, out)
+	}
+	var first error
+	for _, c := range out {
+		if !c.down {
+			return out, nil
+		}
+		if first == nil {
+			first = c.err
+		}
+	}
+	return nil, first
+}
+
+// runByMaster runs the calls idx of calls on a Cluster in one pipeline
+// per master, all at once, rather than in one pipeline of cc's. cc runs
+// each master's part of its pipeline apart too, but it retries the part
+// of a master that does not answer until ctx's deadline, and then marks
+// every command of the pipeline with the deadline's error, the replies
+// of the masters that answered included: the grants those masters took
+// from their buckets would be thrown away, and their keys fail with the
+// dead master's. A call a master redirects (MOVED, ASK: its slot is
+// moving) is run again through cc, which follows redirects and learns
+// the new slot map.
+func (r *Redis) runByMaster(ctx context.Context, cc *redis.ClusterClient, calls []scriptCall, idx []int, out []callResult) {
+	groups := map[*redis.Client][]int{}
+	for _, i := range idx {
+		m, err := cc.MasterForKey(ctx, calls[i].keys[0])
+		if err != nil { // no slot map yet: cc finds one, or fails every call
+			r.pipeline(ctx, cc, r.addr, calls, idx, out)
+			return
+		}
+		groups[m] = append(groups[m], i)
+	}
+	var wg sync.WaitGroup
+	for m, g := range groups {
+		wg.Go(func() { r.pipeline(ctx, m, m.Options().Addr, calls, g, out) })
+	}
+	wg.Wait()
+	var moved []int
+	down := false
+	for _, i := range idx {
+		if err := out[i].err; err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+			moved = append(moved, i)
+		}
+		down = down || out[i].down
+	}
+	if down {
+		// cc learns of a master that failed from its own calls, which
+		// these were not: without this, a replica promoted in its place
+		// would be found only at cc's next periodic reload (60 s by
+		// default). The reload runs in the background, at most once
+		// per cc's cool-down.
+		cc.ReloadState(ctx)
+	}
+	if len(moved) > 0 {
+		r.pipeline(ctx, cc, r.addr, calls, moved, out)
+	}
+}
+
+// pipeline runs the calls idx of calls as EVALSHA in one pipeline of c,
+// which is addr, and sets their results in out. A node that does not
+// have a script yet (the first call there, a restart, SCRIPT FLUSH)
+// answers NOSCRIPT, and the calls that failed so are retried once as
+// EVAL, which sends the script's text, runs it and caches it in one
+// step: a cache flushed a second time between a separate load and the
+// retry cannot fail the call. NewRedis loads nothing: one more round
+// trip on a node's first call costs less than a start-up that needs
+// Redis.
+func (r *Redis) pipeline(ctx context.Context, c interface{ Pipeline() redis.Pipeliner }, addr string, calls []scriptCall, idx []int, out []callResult) {
+	pending := idx
 	for attempt := 0; ; attempt++ {
-		pipe := r.cfg.Client.Pipeline()
+		pipe := c.Pipeline()
 		cmds := make([]*redis.Cmd, len(pending))
 		for j, i := range pending {
 			c := calls[i]
 			if attempt == 0 {
-				cmds[j] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+				cmds[j] = c.script.EvalSha(ctx, once{pipe}, c.keys, c.args...)
 			} else {
-				cmds[j] = c.script.Eval(ctx, pipe, c.keys, c.args...)
+				cmds[j] = c.script.Eval(ctx, once{pipe}, c.keys, c.args...)
 			}
 		}
 		_, _ = pipe.Exec(ctx) // errors are per command, read below
 		var retry []int
 		for j, i := range pending {
 			err := cmds[j].Err()
+			out[i] = callResult{}
 			switch {
 			case err == nil:
 				out[i].vals, out[i].err = r.int64s(calls[i], cmds[j].Val())
 			case redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0:
 				retry = append(retry, i)
 			case isUnreachable(err):
-				return nil, r.unreachable(err)
+				out[i].err, out[i].down = r.unreachable(addr, err), true
 			case redis.HasErrorPrefix(err, "CORRUPT ") || redis.HasErrorPrefix(err, "WRONGTYPE "):
 				// A script found what no script wrote, or the key holds
 				// another type: the store's state, not the request.
-				out[i].err = fmt.Errorf("%w: Redis %s, keys %q: %w", ErrCorrupt, r.addr, calls[i].keys, err)
+				out[i].err = fmt.Errorf("%w: Redis %s, keys %q: %w", ErrCorrupt, addr, calls[i].keys, err)
 			default:
-				out[i].err = fmt.Errorf("%w: Redis %s, keys %q: %w", ErrInvalid, r.addr, calls[i].keys, err)
+				out[i].err = fmt.Errorf("%w: Redis %s, keys %q: %w", ErrInvalid, addr, calls[i].keys, err)
 			}
 		}
 		if len(retry) == 0 {
-			return out, nil
+			return
 		}
 		pending = retry
 	}
@@ -189,11 +263,49 @@ var unwritable = []string{"OOM ", "NOREPLICAS ", "MISCONF ", "READONLY ", "MASTE
 	"CLUSTERDOWN ", "TRYAGAIN ", "MOVED ", "ASK ", "NOAUTH ", "WRONGPASS ", "NOPERM "}
 
 // unreachable wraps err, which isUnreachable, as ErrUnreachable, naming
-// the Redis and, for a deadline, what it means: go-redis retries a call
-// until the deadline, and its last error is then the deadline's.
-func (r *Redis) unreachable(err error) error {
+// the Redis, addr, and, for a deadline, what it means: go-redis retries a
+// call until the deadline, and its last error is then the deadline's.
+func (r *Redis) unreachable(addr string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: Redis %s did not answer in time (RedisConfig.Timeout is %v): %w", ErrUnreachable, r.addr, r.cfg.Timeout, err)
+		// The deadline is RedisConfig.Timeout's, or an earlier one of
+		// the caller's (a hybrid Limiter's SyncTimeout).
+		return fmt.Errorf("%w: Redis %s did not answer in time (RedisConfig.Timeout is %v, or the caller's deadline was sooner): %w", ErrUnreachable, addr, r.cfg.Timeout, err)
 	}
-	return fmt.Errorf("%w: Redis %s: %w", ErrUnreachable, r.addr, err)
+	return fmt.Errorf("%w: Redis %s: %w", ErrUnreachable, addr, err)
 }
+
+// once is a pipeline whose script calls go-redis never sends twice. A
+// pipeline whose connection breaks between the requests and the replies
+// is retried whole by go-redis (up to the client's MaxRetries), scripts
+// Redis already ran included, and a report that is not idempotent (a
+// Usage with Series 0, or a Strict charge's increment) would be counted
+// twice: TestLostReplyNotRetried measured 200 used for 100 reported. A
+// command that says NoRetry keeps go-redis from retrying the pipeline
+// that holds it; the call fails as unreachable instead, and its caller
+// reports again, which a Series makes count once.
+type once struct{ redis.Pipeliner }
+
+func (p once) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return p.eval(ctx, "evalsha", sha, keys, args)
+}
+
+func (p once) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return p.eval(ctx, "eval", src, keys, args)
+}
+
+func (p once) eval(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, payload, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	cmd := redis.NewCmd(ctx, append(a, args...)...)
+	_ = p.Process(ctx, noRetry{cmd}) // queued: Exec runs it, and cmd holds its reply
+	return cmd
+}
+
+// noRetry is a command go-redis must not send again (see once).
+type noRetry struct{ *redis.Cmd }
+
+// NoRetry reports that the command is not to be retried.
+func (noRetry) NoRetry() bool { return true }

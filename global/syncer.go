@@ -27,7 +27,9 @@ import (
 type Syncer interface {
 	// Sync reports req's consumption and returns a Grant for each of
 	// req.Keys, in the same order. A key-level mistake is reported in that
-	// Grant's Err; an error from Sync itself concerns the whole call.
+	// Grant's Err, and so is a key whose part of a store is down while
+	// other parts answer; an error from Sync itself concerns the whole
+	// call.
 	Sync(ctx context.Context, req *Request) (*Response, error)
 }
 
@@ -246,8 +248,12 @@ type Grant struct {
 	// nothing more is spent.
 	ResetAfter time.Duration
 	// Err is set if this key failed alone: its usage was rejected (a
-	// bad limit or key, wrapping ErrInvalid) or the store's state for it
-	// is corrupt (wrapping ErrCorrupt). The other fields are then zero.
+	// bad limit or key, wrapping ErrInvalid), the store's state for it
+	// is corrupt (wrapping ErrCorrupt), or the part of the store that
+	// holds it could not be reached while other parts answered (wrapping
+	// ErrUnreachable: a Redis Cluster master down). The other fields are
+	// then zero. A Sync that reaches no part of the store fails as a
+	// whole.
 	Err error
 
 	// Shards, when not zero, says that nothing was granted and none of

@@ -25,7 +25,9 @@ const (
 	// is the default: nanoseconds per decision, a bounded number of fleet
 	// operations per interval whatever the traffic.
 	Hybrid Mode = iota
-	// Local limits this node alone; the fleet is never consulted.
+	// Local limits this node alone; the fleet is never consulted. A
+	// Local policy's keys are held by a local.Limiter of its own, with
+	// its MaxKeys rule (see Config.MaxKeys).
 	Local
 	// Strict decides every request in the fleet's store (Redis): exact
 	// across the fleet, one round trip per decision.
@@ -226,13 +228,19 @@ type Config struct {
 	Shares global.Shares
 
 	// IdleTimeout is how long a key may go without requests before the
-	// node hands its lease back and forgets it. Default
+	// node hands its lease back and forgets it; while the Limiter tracks
+	// more than three quarters of MaxKeys, two Intervals. Default
 	// DefaultIdleTimeout; at least two Intervals.
 	IdleTimeout time.Duration
 
-	// MaxKeys caps the keys the Limiter tracks; past it, keys idle since
-	// the last sync are forgotten early, and if none is, a new key gets
-	// ErrTooManyKeys. Default DefaultMaxKeys.
+	// MaxKeys caps the keys the Limiter tracks; past it, a new key gets
+	// ErrTooManyKeys. Past three quarters of it, keys idle for two
+	// Intervals are handed back and forgotten, so a client that sends
+	// each request under a new key fills the table with at most what it
+	// sends in three or four Intervals; size MaxKeys above that. Each
+	// Local policy holds up to MaxKeys keys besides, and, unless Resolve
+	// is set, forgets them as local.Limiter does (once a key's bucket is
+	// full again). Default DefaultMaxKeys.
 	MaxKeys int
 
 	// MaxKeyLen is the longest key accepted, in bytes. Default

@@ -159,7 +159,9 @@ func (l *Limiter) call(ctx context.Context, f *fleet, i int, batch []*keyState, 
 // Health is a Limiter's link to its fleet: partition.Healthy while the
 // last sync reached the fleet; Degraded and then Emergency while it is
 // cut off, or on the minority side of a split, with the ladder's factor
-// in force.
+// in force. A part of the fleet down while the rest answers (a Redis
+// Cluster master) leaves it Healthy, with FailingKeys counting that
+// part's keys and a KeyError wrapping global.ErrUnreachable.
 type Health = partition.Health
 
 // health follows the Limiter's contact with its fleet, on the Limiter's

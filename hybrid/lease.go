@@ -52,6 +52,7 @@ type keyState struct {
 	until   atomic.Int64  // when the lease stops being spendable: a sliding window's edge
 
 	fallback   atomic.Uint64 // sizedBit | the ladder factor's bits the fail-static bucket is sized for; 0 if not sized
+	cutFactor  atomic.Uint64 // cutBit | the ladder factor's bits for k alone, cut off while the fleet answers others; 0 if not (see keyCut)
 	weightBits atomic.Uint64 // this node's share from the last grant, as float64 bits
 	hasGrant   atomic.Bool   // a grant has been installed: weightBits and fleetRemaining mean something
 
@@ -100,6 +101,7 @@ type keyState struct {
 	shareAt     int64   // when share was last refilled
 	nodes       int     // active nodes, from the last grant
 	lastSync    int64   // when the key was last synced
+	answeredAt  int64   // when the fleet last answered the key, or it was new
 	series      uint64  // Hybrid: the series its reports to the key itself count in (Usage.Series); 0 for a new one
 	seriesBase  int64   // spent when the series began
 }

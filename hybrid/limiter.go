@@ -31,8 +31,9 @@ var (
 	ErrKeyTooLong = errors.New("hybrid: key is longer than Config.MaxKeyLen")
 
 	// ErrTooManyKeys is returned for a new key when Config.MaxKeys keys
-	// are tracked and none has been idle since the last sync. Raise
-	// MaxKeys, or shorten IdleTimeout.
+	// are tracked and none has been idle since the last sync: new keys
+	// come faster than idle ones are forgotten. Raise MaxKeys, or
+	// shorten IdleTimeout.
 	ErrTooManyKeys = errors.New("hybrid: Config.MaxKeys keys are in use; raise MaxKeys or shorten IdleTimeout")
 )
 
@@ -104,6 +105,10 @@ type Limiter struct {
 
 	keys  sync.Map // string -> *keyState
 	nkeys atomic.Int64
+	// localFirst: some policy is Local and a key's policy is told by
+	// its prefix; Local keys are then held by their policy's
+	// local.Limiter alone, not in keys (see localPolicy).
+	localFirst bool
 
 	fleets    []*fleet         // Syncer, then Failover if set
 	hot       *sketch.Detector // samples Strict requests to find hot keys; nil if none can be
@@ -186,6 +191,7 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		l.byName[p.Name] = pol
 		l.policies = append(l.policies, pol)
+		l.localFirst = l.localFirst || p.Mode == Local && cfg.Resolve == nil
 	}
 	l.dir, _ = cfg.Syncer.(ShardDirectory)
 	l.ldir, _ = cfg.Syncer.(LeaseShardDirectory)
@@ -252,6 +258,9 @@ func (l *Limiter) AllowNAt(key string, t time.Time, n int) (Decision, error) {
 }
 
 func (l *Limiter) allow(key string, now, n int64) (Decision, error) {
+	if p := l.localPolicy(key); p != nil {
+		return l.allowLocal(p, key, now, n)
+	}
 	v, ok := l.keys.Load(key)
 	if !ok {
 		return l.allowNew(key, now, n)
@@ -363,17 +372,7 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 		k.touched.Store(true)
 	}
 	if k.pol.Mode == Local {
-		var r local.Result
-		var err error
-		if now == noTime {
-			r, err = k.pol.local.AllowN(k.key, int(n))
-		} else {
-			r, err = k.pol.local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
-		}
-		if err != nil {
-			return l.errDecision(err), err
-		}
-		return fromLocal(r, false), nil
+		return l.allowLocal(k.pol, k.key, now, n)
 	}
 	if n <= 0 {
 		return Decision{limit: k.pol.capacity}, nil
@@ -450,7 +449,7 @@ func (l *Limiter) sizeFallback(k *keyState, now int64) {
 	if k.pol.local == nil {
 		return
 	}
-	fbits := l.factor.Load()
+	fbits := l.factorFor(k)
 	old := k.fallback.Load()
 	if old == fbits|sizedBit || !k.fallback.CompareAndSwap(old, fbits|sizedBit) {
 		return // sized, or being sized by another request
@@ -513,7 +512,7 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 			k.word.Store(uint64(l.starter(pol)))
 		}
 		t := l.now()
-		k.activeAt, k.forecastAt, k.lastSync = t, t, t-int64(l.cfg.Interval)
+		k.activeAt, k.forecastAt, k.lastSync, k.answeredAt = t, t, t-int64(l.cfg.Interval), t
 	}
 	v, loaded := l.keys.LoadOrStore(key, k)
 	if !loaded {
@@ -594,5 +593,59 @@ func (l *Limiter) askEarly(k *keyState) {
 // Config.ManualSync the caller runs them with SyncEarly.
 func (l *Limiter) EarlyWanted() bool { return len(l.early) > 0 }
 
-// Len returns the number of keys the Limiter tracks.
-func (l *Limiter) Len() int { return int(l.nkeys.Load()) }
+// Len returns the number of keys the Limiter tracks, those its Local
+// policies hold included.
+func (l *Limiter) Len() int {
+	n := int(l.nkeys.Load())
+	if l.localFirst {
+		for _, p := range l.policies {
+			if p.Mode == Local {
+				n += p.local.Len()
+			}
+		}
+	}
+	return n
+}
+
+// localPolicy returns key's policy if it is a Local one and the Limiter
+// tells policies by prefix (no Config.Resolve); nil otherwise. Such a
+// key is never put in the key table: its policy's local.Limiter holds
+// it, so a decision looks it up once, not twice (at 100,000 keys in
+// random order a Local policy's Allow took 2.4-3 times local.Limiter's,
+// mostly in the second lookup's cache misses). The prefix scan costs a
+// Hybrid key a few nanoseconds, and only when some policy is Local.
+func (l *Limiter) localPolicy(key string) *policy {
+	if !l.localFirst {
+		return nil
+	}
+	for _, p := range l.policies {
+		if strings.HasPrefix(key, p.Prefix) {
+			if p.Mode == Local {
+				return p
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// allowLocal decides n requests for key, whose policy p is Local.
+func (l *Limiter) allowLocal(p *policy, key string, now, n int64) (Decision, error) {
+	if len(key) > l.cfg.MaxKeyLen {
+		return l.errDecision(ErrKeyTooLong), ErrKeyTooLong
+	}
+	var r local.Result
+	var err error
+	if now == noTime {
+		r, err = p.local.AllowN(key, int(n))
+	} else {
+		r, err = p.local.AllowNAt(key, l.epoch.Add(time.Duration(now)), int(n))
+	}
+	if errors.Is(err, local.ErrTooManyKeys) {
+		err = fmt.Errorf("%w: %w", ErrTooManyKeys, err)
+	}
+	if err != nil {
+		return l.errDecision(err), err
+	}
+	return fromLocal(r, false), nil
+}

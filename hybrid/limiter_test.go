@@ -389,11 +389,14 @@ func TestNoPolicyAndBadKeys(t *testing.T) {
 
 // TestMaxKeys checks that a full Limiter refuses a new key while every key
 // is in use, and makes room by forgetting one unused for a sweep period.
+// A Config.Resolve puts Local keys in the Limiter's own key table, which
+// sweeps so.
 func TestMaxKeys(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewManual(epoch)
 	l, err := hybrid.New(hybrid.Config{
 		Policies: []hybrid.Policy{{Name: "p", Mode: hybrid.Local, Limit: 10, Window: time.Second}},
+		Resolve:  func(string) string { return "p" },
 		MaxKeys:  2, ManualSync: true, Clock: clk,
 	})
 	require.NoError(t, err)
@@ -409,6 +412,29 @@ func TestMaxKeys(t *testing.T) {
 	require.NoError(t, allow("c"), "b went unused for a sweep period and was forgotten")
 	assert.Equal(t, 2, l.Len())
 	require.NoError(t, allow("a"), "a was kept")
+}
+
+// TestLocalMaxKeys: without a Config.Resolve, a Local policy's keys are
+// held by its local.Limiter alone, with its rule: a new key is refused
+// while MaxKeys keys are held and none is idle (its bucket full again),
+// with an error that is ErrTooManyKeys.
+func TestLocalMaxKeys(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(epoch)
+	l, err := hybrid.New(hybrid.Config{
+		Policies: []hybrid.Policy{{Name: "p", Mode: hybrid.Local, Limit: 10, Window: time.Second}},
+		MaxKeys:  2, ManualSync: true, Clock: clk,
+	})
+	require.NoError(t, err)
+	defer l.Close()
+	allow := func(key string) error { _, err := l.Allow(key); return err }
+	require.NoError(t, allow("a"))
+	require.NoError(t, allow("b"))
+	assert.ErrorIs(t, allow("c"), hybrid.ErrTooManyKeys, "full, and no key is idle")
+	assert.Equal(t, 2, l.Len())
+	clk.Advance(time.Second)
+	require.NoError(t, allow("c"), "a and b are idle")
+	assert.LessOrEqual(t, l.Len(), 2)
 }
 
 func TestNeverAdmissible(t *testing.T) {

@@ -27,6 +27,7 @@ const (
 // the next round, its leases standing meanwhile: a round too long for
 // every key costs those keys a later sync, never the node its health. A
 // call that fails is an outage, as for a single call, and ends the round.
+// Keys cut off alone go last, in calls of their own (see splitCut).
 func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, how syncKind, budget time.Duration) error {
 	s := &l.syncs
 	if how == regular {
@@ -35,6 +36,7 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 	if s.chunk == 0 {
 		s.chunk = firstChunk
 	}
+	batch, cut := l.splitCut(now, batch, how)
 	if len(batch) > s.chunk {
 		// The keys that most need a sync first: those that refused or
 		// ran dry since their last sync, then those offered traffic,
@@ -78,7 +80,7 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 		i += n
 	}
 	l.noteDeferred(0, len(batch))
-	return nil
+	return l.syncCut(ctx, cut, how)
 }
 
 // pace is when the loop's regular rounds start, and how late. Sync loop

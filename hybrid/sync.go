@@ -36,6 +36,7 @@ type syncState struct {
 	targets   []target // callLeases: what each Usage of a request is for
 	rtt       int64    // the sync round trip, a moving average (ns)
 	pace      pace     // when regular rounds start, and how late: see lateRound
+	cutOnly   bool     // the batch in sync is of keys cut off alone, after the round reached the rest (see syncCut)
 }
 
 // mark is what a sync read from a key's counters when it started.
@@ -86,7 +87,7 @@ const (
 // keys unused for an IdleTimeout.
 func (l *Limiter) collect(now int64) []*keyState {
 	s := &l.syncs
-	sweep := now-s.lastSweep >= int64(l.cfg.IdleTimeout)
+	sweep := now-s.lastSweep >= l.idleAfter()
 	if sweep {
 		s.lastSweep = now
 	}
@@ -113,50 +114,6 @@ func (l *Limiter) collect(now int64) []*keyState {
 		return true
 	})
 	return s.batch
-}
-
-// forget removes k; a caller still holding it sees it retired and looks
-// the key up again.
-func (l *Limiter) forget(k *keyState) {
-	k.retired.Store(true)
-	if l.keys.CompareAndDelete(k.key, k) {
-		l.nkeys.Add(-1)
-		l.keyForgotten(k)
-		k.resetFallback() // sized to its own limit, local would keep it
-	}
-}
-
-// sweepOther forgets a Local or Strict key unused since the last sweep,
-// and starts a new period for one that was used.
-func (l *Limiter) sweepOther(k *keyState) {
-	if !k.touched.Load() && (k.pol.Mode != Strict || l.charger == nil || !k.owes()) {
-		l.forget(k)
-		return
-	}
-	k.touched.Store(false)
-}
-
-// makeRoom forgets keys that are idle, at most once per Interval, and
-// reports whether there is room for a new key.
-func (l *Limiter) makeRoom() bool {
-	if !l.syncMu.TryLock() {
-		return false
-	}
-	defer l.syncMu.Unlock()
-	now := l.now()
-	if now-l.syncs.lastRoom >= int64(l.cfg.Interval) {
-		l.syncs.lastRoom = now
-		l.keys.Range(func(_, v any) bool {
-			k := v.(*keyState)
-			if k.pol.Mode != Hybrid {
-				l.sweepOther(k)
-			} else if k.allReported(len(l.fleets), k.spent()) && k.allowance() == 0 && k.hasGrant.Load() && k.lease == 0 {
-				l.forget(k)
-			}
-			return true
-		})
-	}
-	return l.nkeys.Load() < int64(l.cfg.MaxKeys)
 }
 
 // syncBatch syncs batch with the fleets, and installs the grants of the
@@ -205,8 +162,12 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 		sent := l.wall(start)
 		f.answered = chosen != nil
 		resp, err := l.call(ctx, f, i, batch, s.marks)
-		f.result(sent, err)
-		f.timed(l.cfg.SyncTimeout, err)
+		if err != nil && s.cutOnly && errors.Is(err, global.ErrUnreachable) {
+			resp, err = cutResponse(len(batch), err), nil // see syncCut
+		} else {
+			f.result(sent, err)
+			f.timed(l.cfg.SyncTimeout, err)
+		}
 		if err != nil {
 			for _, k := range batch {
 				k.forgetStale(i)
@@ -231,7 +192,9 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 		}
 		chosen = resp
 		after := l.now()
-		s.observeRTT(after - start)
+		if !s.cutOnly { // a dead part's wait is no round trip the leases must cover
+			s.observeRTT(after - start)
+		}
 		factor := 1.0
 		if resp.Partitioned > 0 {
 			l.cutOff(after, after-int64(resp.Partitioned), true)
@@ -293,7 +256,7 @@ func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 // it reports spent since the last sync.
 func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
 	k.capped = false
-	k.idle = now-k.activeAt > int64(l.cfg.IdleTimeout)
+	k.idle = now-k.activeAt > l.idleAfter()
 	if k.idle {
 		return 0
 	}
@@ -389,7 +352,9 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	k.lastSync = now
 	if g.Err != nil {
 		if !errors.Is(g.Err, errUnsettled) {
-			if !k.hasGrant.Load() {
+			if errors.Is(g.Err, global.ErrUnreachable) {
+				l.keyCut(k, now) // its part of the fleet is down: see keyCut
+			} else if !k.hasGrant.Load() {
 				// The starter credit was lent against a grant the
 				// fleet has now refused: the FailMode decides from
 				// here, not the credit.
@@ -405,6 +370,7 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 		return
 	}
 	l.keyAnswered(k)
+	k.keyReached(now)
 	lease := max(0, min(g.Lease, maxAllowance))
 	if factor < 1 {
 		// The ladder cuts the node's share, not its demand: what it may
@@ -483,6 +449,7 @@ func (l *Limiter) unreached(now int64, batch []*keyState) {
 		if k.hasGrant.Load() && now > k.expires {
 			k.zero()
 		}
+		l.forgetCutOff(k, now)
 	}
 }
 

@@ -83,12 +83,12 @@ func (l *Limiter) Reserve(key string) (*Reservation, error) { return l.ReserveN(
 // ReserveN takes n tokens for key, to be used after the Reservation's
 // Delay, or given back with Cancel. On error the Reservation is not OK.
 func (l *Limiter) ReserveN(key string, n int) (*Reservation, error) {
-	k, err := l.state(key)
+	p, k, err := l.lookup(key)
 	if err != nil {
 		return refusedReservation(l.errDecision(err)), err
 	}
-	if k.pol.Mode == Local {
-		r, err := k.pol.local.ReserveNAt(k.key, l.clk.Now(), n, Never)
+	if p.Mode == Local {
+		r, err := p.local.ReserveNAt(key, l.clk.Now(), n, Never)
 		if err != nil {
 			return refusedReservation(l.errDecision(err)), err
 		}
@@ -106,26 +106,42 @@ func (l *Limiter) ReserveN(key string, n int) (*Reservation, error) {
 // several limits to one request, all or nothing. On error the
 // Reservation is not OK.
 func (l *Limiter) TakeN(key string, n int) (*Reservation, error) {
-	k, err := l.state(key)
+	p, k, err := l.lookup(key)
 	if err != nil {
 		return refusedReservation(l.errDecision(err)), err
 	}
-	if k.pol.Mode != Local {
+	if p.Mode != Local {
 		return l.taken(k, n)
 	}
 	at := l.clk.Now()
-	if k.pol.Algorithm == local.TokenBucket {
-		if r, err := k.pol.local.ReserveNAt(k.key, at, n, 0); err == nil && r.OK() {
-			res, err := k.pol.local.AllowNAt(k.key, at, 0) // what is left, for the Decision
+	if p.Algorithm == local.TokenBucket {
+		if r, err := p.local.ReserveNAt(key, at, n, 0); err == nil && r.OK() {
+			res, err := p.local.AllowNAt(key, at, 0) // what is left, for the Decision
 			return &Reservation{ok: true, local: r, d: fromLocal(res, false), isD: true}, err
 		}
 	}
-	res, err := k.pol.local.AllowNAt(k.key, at, n)
+	res, err := p.local.AllowNAt(key, at, n)
 	if err != nil {
 		return refusedReservation(l.errDecision(err)), err
 	}
 	d := fromLocal(res, false)
 	return &Reservation{ok: d.Allowed(), delay: d.RetryAfter(), d: d, isD: true}, nil
+}
+
+// lookup returns key's policy and, unless the policy's local.Limiter
+// holds the key (see localPolicy), its state.
+func (l *Limiter) lookup(key string) (*policy, *keyState, error) {
+	if p := l.localPolicy(key); p != nil {
+		if len(key) > l.cfg.MaxKeyLen {
+			return nil, nil, ErrKeyTooLong
+		}
+		return p, nil, nil
+	}
+	k, err := l.state(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return k.pol, k, nil
 }
 
 // state returns key's state, resolving a key seen for the first time.
@@ -164,6 +180,9 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err // as golang.org/x/time/rate: a done context takes nothing
+		}
+		if p := l.localPolicy(key); p != nil && len(key) <= l.cfg.MaxKeyLen {
+			return p.local.WaitN(ctx, key, n)
 		}
 		v, ok := l.keys.Load(key)
 		if ok && v.(*keyState).pol.Mode == Local {

@@ -28,8 +28,9 @@ import (
 //   - hybridlimit_ladder_factor: the part of its share the node may
 //     spend, 1 while healthy.
 //   - hybridlimit_failing_keys: keys the fleet, though reachable, answered
-//     with an error at their last sync or decision; they follow their
-//     policy's FailMode (Health.FailingKeys, Health.KeyError).
+//     with an error at their last sync or decision, or whose part of the
+//     fleet (a Redis Cluster master) is down; they follow their policy's
+//     FailMode (Health.FailingKeys, Health.KeyError).
 //   - hybridlimit_sync_late_seconds: how late the sync loop runs
 //     (Health.Late): a loop starved of CPU starts its syncs late, and
 //     leases run dry sooner than they were sized for.

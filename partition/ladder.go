@@ -128,12 +128,15 @@ type Health struct {
 
 	// FailingKeys is how many keys the fleet, though reachable, answered
 	// with an error at their last sync or decision (a value in the store
-	// that no node could have written, a key the store refuses): they
+	// that no node could have written, a key the store refuses, or the
+	// part of the store that holds the key down while the rest answers:
+	// a partial outage, such as a Redis Cluster master down): they
 	// follow their policy's FailMode until it answers them again. A
 	// Ladder leaves it zero; hybrid.Limiter fills it in.
 	FailingKeys int
 	// KeyError is the last error the fleet answered a key with, nil if
-	// none has been since the Limiter started.
+	// none has been since the Limiter started. For a partial outage it
+	// wraps the error of an unreachable fleet (global.ErrUnreachable).
 	KeyError error
 	// Late is how late the node's sync loop runs: how late its last
 	// regular sync started, or how overdue the next is, whichever is

@@ -18,6 +18,7 @@ type Proxy struct {
 	target string
 	hole   atomic.Bool
 	delay  atomic.Int64 // one way, in nanoseconds
+	cut    atomic.Int64 // replies still to be lost by closing their connection (see LoseReplies)
 	done   chan struct{}
 
 	mu    sync.Mutex
@@ -46,6 +47,12 @@ func (p *Proxy) Blackhole() { p.hole.Store(true) }
 // Restore forwards again. Connections opened before are still open;
 // what was dropped meanwhile is lost, as on a real network.
 func (p *Proxy) Restore() { p.hole.Store(false) }
+
+// LoseReplies makes the next n replies from the target be lost: the
+// proxy closes the connection as the first bytes of each arrive, after
+// the target has done what it was asked, as when a connection breaks
+// between a request and its reply. A client that retries sends it again.
+func (p *Proxy) LoseReplies(n int) { p.cut.Store(int64(n)) }
 
 // SetDelay delays every byte by d in each direction, on open connections
 // and new ones, so that a round trip takes 2d longer: a server across a
@@ -113,8 +120,8 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer p.untrack(server)
 	var wg sync.WaitGroup
-	wg.Go(func() { p.pipe(server, client) })
-	p.pipe(client, server)
+	wg.Go(func() { p.pipe(server, client, false) })
+	p.pipe(client, server, true)
 	wg.Wait()
 }
 
@@ -125,10 +132,11 @@ type chunk struct {
 }
 
 // pipe copies src to dst, dropping what it reads while black-holed, and
-// closes both when either side is done. What it reads is written by a
+// closes both when either side is done, or, for replies (from the
+// target), when a reply is to be lost. What it reads is written by a
 // second goroutine once the delay has passed, so that reading goes on
 // meanwhile: the delay adds to each byte's trip, not to the next read.
-func (p *Proxy) pipe(dst, src net.Conn) {
+func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	q := make(chan chunk, 64)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -153,6 +161,9 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && replies && p.cut.Load() > 0 && p.cut.Add(-1) >= 0 {
+			return // the reply is lost with its connection
+		}
 		if n > 0 && !p.hole.Load() {
 			q <- chunk{append([]byte(nil), buf[:n]...), time.Now().Add(time.Duration(p.delay.Load()))}
 		}

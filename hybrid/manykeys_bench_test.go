@@ -1,0 +1,155 @@
+package hybrid_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// manyKeys is n keys and a stream of 2^20 of them drawn at random.
+func manyKeys(n int) (keys []string, stream []string) {
+	keys = make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant:%d", i)
+	}
+	stream = make([]string, 1<<20)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range stream {
+		stream[i] = keys[rng.IntN(n)]
+	}
+	return keys, stream
+}
+
+// BenchmarkManyKeys is Allow on a Hybrid key among n, in random order,
+// beside its baseline in the same run: a plain Go map lookup over the
+// same keys. No sync runs while it is timed (ManualSync): it measures the
+// lookup and the lease.
+func BenchmarkManyKeys(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		keys, stream := manyKeys(n)
+		mask := len(stream) - 1
+		b.Run(fmt.Sprintf("map/%d", n), func(b *testing.B) {
+			type state struct{ spent int64 }
+			m := make(map[string]*state, n)
+			for _, k := range keys {
+				m[k] = &state{}
+			}
+			i := 0
+			for b.Loop() {
+				m[stream[i&mask]].spent++
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("hybrid/%d", n), func(b *testing.B) {
+			srv := redistest.StartServer(b)
+			l, err := hybrid.New(hybrid.Config{
+				Node:       "bench",
+				Policies:   []hybrid.Policy{{Name: "p", Limit: 1_000_000_000, Window: time.Second}},
+				Syncer:     redisSyncer(b, srv),
+				ManualSync: true,
+				MaxKeys:    2 * n,
+				HotKeyRate: -1,
+			})
+			require.NoError(b, err)
+			b.Cleanup(func() { l.Close() })
+			for _, k := range keys {
+				_, err := l.Allow(k)
+				require.NoError(b, err)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				l.Allow(stream[i&mask])
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkLocalPolicyManyKeys is Allow on a Local-mode policy's key among
+// 100,000, in random order, beside local.Limiter alone in the same run.
+func BenchmarkLocalPolicyManyKeys(b *testing.B) {
+	const n = 100_000
+	keys, stream := manyKeys(n)
+	mask := len(stream) - 1
+	b.Run("local", func(b *testing.B) {
+		l, err := local.New(local.Config{Limit: 1_000_000_000, Window: time.Second, MaxKeys: 2 * n})
+		require.NoError(b, err)
+		for _, k := range keys {
+			_, err := l.Allow(k)
+			require.NoError(b, err)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			l.Allow(stream[i&mask])
+			i++
+		}
+	})
+	b.Run("hybrid", func(b *testing.B) {
+		l, err := hybrid.New(hybrid.Config{
+			Policies: []hybrid.Policy{
+				{Name: "api", Prefix: "api:", Mode: hybrid.Local, Limit: 1_000, Window: time.Second},
+				{Name: "tenant", Prefix: "tenant:", Mode: hybrid.Local, Limit: 1_000_000_000, Window: time.Second},
+			},
+			MaxKeys: 2 * n,
+		})
+		require.NoError(b, err)
+		b.Cleanup(func() { l.Close() })
+		for _, k := range keys {
+			_, err := l.Allow(k)
+			require.NoError(b, err)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			l.Allow(stream[i&mask])
+			i++
+		}
+	})
+}
+
+// BenchmarkMemoryPerKey reports the heap a Hybrid key holds, its name
+// and the key table's share included, with 200,000 keys each decided
+// once.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	const n = 200_000
+	srv := redistest.StartServer(b)
+	var perKey float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		l, err := hybrid.New(hybrid.Config{
+			Node:       "bench",
+			Policies:   []hybrid.Policy{{Name: "p", Limit: 1_000_000_000, Window: time.Second}},
+			Syncer:     redisSyncer(b, srv),
+			ManualSync: true,
+			MaxKeys:    2 * n,
+		})
+		require.NoError(b, err)
+		for i := range n {
+			// Built here, so the heap held by the keys is counted too.
+			_, err := l.Allow("tenant:" + strconv.Itoa(i))
+			require.NoError(b, err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		require.Equal(b, n, l.Len())
+		perKey = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(l)
+		b.StopTimer()
+		l.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(perKey, "bytes/key")
+}

@@ -1,0 +1,228 @@
+package hybrid_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/partition"
+)
+
+// TestMasterDownOnCluster takes one master of a 3-master Redis Cluster
+// down, killed (connections refused) or frozen (SIGSTOP: nothing
+// answers, every call to it waits out its deadline), under three nodes
+// offering twice the limit of two keys on each master. The keys on the
+// live masters keep their grants and their accuracy: within 5% of an
+// ideal limiter's admissions, their busiest second within 5% of the
+// ideal's, and past the first (the bucket's burst) at most 12% over the
+// limit, as with no master down. Only the dead master's keys follow the
+// FailMode: FailStatic on the ladder, from full shares for its first
+// second to half after. Every node stays Healthy, and its Health counts
+// the dead master's keys, with an error wrapping global.ErrUnreachable.
+//
+// Before, one failed command failed the whole Sync, and go-redis marked
+// the live masters' replies failed too: every node was cut off, and the
+// live masters' keys admitted 59% of the ideal here (89% in the issue's
+// run, on the default ladder).
+func TestMasterDownOnCluster(t *testing.T) {
+	t.Parallel()
+	t.Run("killed", func(t *testing.T) { masterDown(t, (*redistest.Server).Kill) })
+	t.Run("frozen", func(t *testing.T) {
+		masterDown(t, func(s *redistest.Server) {
+			info, err := s.Client(t).Info(context.Background(), "server").Result()
+			require.NoError(t, err)
+			pid := 0
+			for line := range strings.Lines(info) {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+					pid, err = strconv.Atoi(v)
+					require.NoError(t, err)
+				}
+			}
+			require.Positive(t, pid)
+			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+		})
+	})
+}
+
+// masterDown runs TestMasterDownOnCluster, taking the master down with
+// stop.
+func masterDown(t *testing.T, stop func(*redistest.Server)) {
+	const (
+		limit = 200
+		nodes = 3
+		run   = 4 * time.Second
+	)
+	// Without full coverage required, the live masters serve their
+	// slots once the Cluster marks the dead one failed (see
+	// docs/redis.md).
+	c := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
+	p := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second}
+	ladder := partition.LadderConfig{Steps: []partition.Step{{Until: time.Second, Factor: 1}, {Factor: 0.5}}}
+	fleet := fleettest.Limiters(t, nodes, func(i int) hybrid.Config {
+		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: clusterSyncer(t, c), Interval: 100 * time.Millisecond, Ladder: ladder}
+	})
+	dead := c.Masters[2]
+	var live, lost []string
+	for i := 0; len(live) < 4 || len(lost) < 2; i++ {
+		key := fmt.Sprintf("tenant-%d", i)
+		switch m := c.MasterFor(global.DefaultPrefix + "{" + key + "}:lease"); {
+		case m == dead && len(lost) < 2:
+			lost = append(lost, key)
+		case m != dead && len(live) < 4:
+			live = append(live, key)
+		}
+	}
+	// Every node learns the keys, with a grant each, and the slot map.
+	for range 3 {
+		for _, l := range fleet {
+			for _, k := range append(live, lost...) {
+				_, err := l.Allow(k)
+				require.NoError(t, err)
+			}
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	stop(dead)
+
+	rates := make([]float64, nodes)
+	for i := range rates {
+		rates[i] = 2 * limit / nodes
+	}
+	runs := map[string]*fleettest.Run{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, k := range append(live, lost...) {
+		wg.Go(func() {
+			r := fleettest.Drive(t, fleet, k, rates, run)
+			mu.Lock()
+			runs[k] = r
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+
+	for _, k := range live {
+		r := runs[k]
+		ideal := r.IdealRun(t, p)
+		busiest, idealBusiest := r.MaxInWindow(time.Second), ideal.MaxInWindow(time.Second)
+		steady := r.MaxInWindowFrom(time.Second, time.Second)
+		t.Logf("live master, key %s: admitted %d, %.1f%% of the ideal's %d; busiest second %d (the ideal's %d), past the first %d (the ideal's %d; limit %d)",
+			k, len(r.Admitted), 100*float64(len(r.Admitted))/float64(len(ideal.Admitted)), len(ideal.Admitted),
+			busiest, idealBusiest, steady, ideal.MaxInWindowFrom(time.Second, time.Second), limit)
+		assert.InEpsilon(t, len(ideal.Admitted), len(r.Admitted), 0.05, "key %s on a live master: admitted vs the ideal", k)
+		assert.LessOrEqual(t, busiest, idealBusiest*105/100, "key %s on a live master: busiest second, the first's burst included", k)
+		// A second's count of a token bucket's admissions runs some
+		// way over the limit when what the fleet left unspent earlier
+		// is spent late: 207-217 of 200 with no master killed, on a
+		// loaded machine under the race detector.
+		assert.LessOrEqual(t, steady, limit*112/100, "key %s on a live master: busiest second past the first", k)
+	}
+	for _, k := range lost {
+		r := runs[k]
+		late := r.AdmittedBetween(2*time.Second, run)
+		t.Logf("dead master, key %s: admitted %d; %d in its last 2 s, on half shares (%d)", k, len(r.Admitted), late, limit)
+		assert.Positive(t, late, "key %s on the dead master: FailStatic admits", k)
+		assert.LessOrEqual(t, late, limit*11/10, "key %s on the dead master: the ladder's half shares for its last 2 s", k)
+	}
+	for i, l := range fleet {
+		h := l.Health()
+		t.Logf("node %d: %+v", i+1, h)
+		assert.Equal(t, partition.Healthy, h.Level, "node %d", i+1)
+		assert.Equal(t, len(lost), h.FailingKeys, "node %d: the dead master's keys", i+1)
+		assert.ErrorIs(t, h.KeyError, global.ErrUnreachable, "node %d", i+1)
+	}
+}
+
+// partSyncer is a fleet in parts, one of them down: it grants every key
+// what it asks for, but answers the keys starting with down with an error
+// wrapping global.ErrUnreachable, as Redis does for a Cluster master
+// that is down while the others answer. It counts the syncs each key
+// was in. Sync loop only.
+type partSyncer struct {
+	down  string
+	cut   bool
+	syncs map[string]int
+}
+
+func (p *partSyncer) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
+	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+	for i, u := range req.Keys {
+		p.syncs[u.Key]++
+		if p.cut && strings.HasPrefix(u.Key, p.down) {
+			resp.Grants[i].Err = fmt.Errorf("%w: Redis 127.0.0.1:1: connection refused", global.ErrUnreachable)
+			continue
+		}
+		resp.Grants[i] = global.Grant{Lease: u.Demand, TTL: 300 * time.Millisecond, Remaining: u.Limit.Limit - u.Demand, Nodes: 1, Weight: 1}
+	}
+	return resp, nil
+}
+
+// TestKeyCutOffAlone cuts one key's part of the fleet off while the rest
+// answers: the node stays Healthy, its syncs succeed (so its breaker
+// stays closed), and Health counts the key, with an error wrapping
+// global.ErrUnreachable. The key is synced again only every 10
+// Intervals meanwhile, and once its lease lapses it follows FailStatic
+// on the ladder from when it was cut off: half its share after the
+// ladder's first second. The other key keeps its leases. Before, such
+// a key was treated as a corrupt key: FailStatic at its full share, for
+// ever, and synced every round.
+func TestKeyCutOffAlone(t *testing.T) {
+	t.Parallel()
+	fleet := &partSyncer{down: "lost:", syncs: map[string]int{}}
+	l, clk := manual(t, hybrid.Config{Syncer: fleet, FleetSize: 1,
+		Ladder: partition.LadderConfig{Steps: []partition.Step{{Until: time.Second, Factor: 1}, {Factor: 0.5}}},
+		Policies: []hybrid.Policy{
+			{Name: "lost", Prefix: "lost:", Limit: 1000, Window: time.Second},
+			{Name: "fine", Prefix: "fine:", Limit: 1000, Window: time.Second},
+		}})
+	ctx := context.Background()
+	for _, key := range []string{"lost:k", "fine:k"} {
+		_, err := l.AllowN(key, 0)
+		require.NoError(t, err)
+	}
+	for range 3 {
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(ctx))
+	}
+	fleet.cut = true
+	clear(fleet.syncs)
+	for range 20 { // 2 s
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(ctx), "the rest of the fleet answers")
+		h := l.Health()
+		require.Equal(t, partition.Healthy, h.Level)
+		require.Equal(t, 1, h.FailingKeys)
+		require.ErrorIs(t, h.KeyError, global.ErrUnreachable)
+	}
+	assert.Equal(t, 20, fleet.syncs["fine:k"], "the other key is synced every round")
+	assert.LessOrEqual(t, fleet.syncs["lost:k"], 3, "the cut key, every 10 Intervals")
+	assert.Positive(t, fleet.syncs["lost:k"], "the cut key is probed")
+
+	n, degraded := offerN(t, l, "lost:k", 1000)
+	assert.True(t, degraded, "the cut key follows its FailMode")
+	assert.InDelta(t, 500, n, 10, "FailStatic at half its share, 2 s into its cut")
+	_, degraded = offerN(t, l, "fine:k", 10)
+	assert.False(t, degraded, "the other key is served from its lease")
+
+	fleet.cut = false
+	for range 11 {
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(ctx))
+	}
+	h := l.Health()
+	assert.Equal(t, partition.Healthy, h.Level)
+	assert.Zero(t, h.FailingKeys, "the key is answered again")
+}
