@@ -225,7 +225,7 @@ func (l *Limiter) answeredEarly(start int64) {
 // core), and the goroutines the lease refuses are the ones keeping it
 // from a core. In TestStarvedNodeKeepsItsLeases, leases sized for the
 // lag alone refused 0-2.2% of requests in three runs, yielding alone
-// 0.08-0.19%, both 0.0005-0.0022%. A request is still refused at once
+// 0.08-0.19%, both 0.0003-0.0022%. A request is still refused at once
 // (it does not wait for the sync), one scheduling slice later at most;
 // one the lease covers never yields.
 func (l *Limiter) refusedLate(k *keyState, now int64) (yield bool) {

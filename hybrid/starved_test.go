@@ -25,7 +25,7 @@ import (
 // the goroutines refused while a sync is overdue yield to it. And
 // whenever it does refuse for lateness (a starved loop can always be
 // later than any lease), Health must not say Healthy. Before: 0.41-1.37%
-// refused, all while Healthy; now 0.0005-0.0022%, none (under -race,
+// refused, all while Healthy; now 0.0003-0.0022%, none (under -race,
 // where Allow is ten times slower: 0-0.0028% before, all while Healthy;
 // none now).
 //
