@@ -10,11 +10,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 )
 
-// headroom is how much more than its forecast a node asks to lease, so
-// that ordinary jitter in its traffic does not run the lease dry before
-// the next sync.
-const headroom = 1.5
-
 // syncState is the sync loop's scratch space, reused across syncs under
 // Limiter.syncMu.
 type syncState struct {
@@ -227,122 +222,6 @@ func (l *Limiter) anyClosed() bool {
 
 // wall converts the Limiter's time to a wall time, for the breakers.
 func (l *Limiter) wall(t int64) time.Time { return l.epoch.Add(time.Duration(t)) }
-
-// forecast updates k's demand estimate: an exponentially weighted moving
-// average of the requests offered (admitted or not) per second, with a
-// time constant of two intervals.
-func (l *Limiter) forecast(k *keyState, now int64, m mark) {
-	offered := float64(m.s0-k.spentSeen) + float64(m.refused-k.refusedSeen)
-	k.spentSeen, k.refusedSeen = m.s0, m.refused
-	dt := now - k.forecastAt
-	if dt <= 0 {
-		return
-	}
-	k.forecastAt = now
-	if offered > 0 {
-		k.activeAt = now
-	}
-	interval := float64(l.cfg.Interval)
-	sample := max(offered, 0) * 1e9 / max(float64(dt), interval/4)
-	if !k.hasGrant.Load() {
-		k.rate = max(k.rate, sample)
-		return
-	}
-	alpha := 1 - math.Exp(-float64(dt)/(2*interval))
-	k.rate += alpha * (sample - k.rate)
-}
-
-// demand is what k asks to lease for the next interval; consumed is what
-// it reports spent since the last sync.
-func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
-	k.capped = false
-	k.idle = now-k.activeAt > l.idleAfter()
-	if k.idle {
-		return 0
-	}
-	d := max(ceil(k.rate*l.horizon(k.pol).Seconds()*headroom), l.floor(k.pol, k.nodes))
-	if l.cfg.Shares == global.Equal {
-		if c := l.entitled(k, now, consumed); d > c {
-			d, k.capped = c, true
-		}
-	}
-	return min(d, k.pol.capacity, maxAllowance)
-}
-
-// horizon is how long a lease granted now must last: until the grant
-// after next is installed, one interval and a round trip away (what is
-// spent during the next sync's round trip comes out of this lease), or
-// more when rounds come further apart or later than the interval (see
-// lateRound and lagged). An
-// interval longer than the window is cut to the window: a lease for more
-// than a window's traffic would be capped at the capacity anyway, and
-// the node refills early instead of refusing the rest of the interval.
-func (l *Limiter) horizon(p *policy) time.Duration {
-	return min(max(l.cfg.Interval, time.Duration(l.syncs.pace.gap)), p.Window) + time.Duration(l.syncs.rtt+l.syncs.pace.lag)
-}
-
-// observeRTT folds one sync's round trip into the moving average; a
-// slower round trip counts at once, a faster one over a few syncs, so
-// that leases cover the round trips the fleet really has.
-func (s *syncState) observeRTT(d int64) {
-	if d > s.rtt {
-		s.rtt = d
-		return
-	}
-	s.rtt += (d - s.rtt) / 8
-}
-
-// lowWater is the allowance below which k asks for an early sync: a
-// quarter of the lease, or what the node spends in a round trip and an
-// early sync's least gap, whichever is more, so the refill lands before
-// the lease runs dry.
-func (l *Limiter) lowWater(k *keyState, lease int64) int64 {
-	trip := float64(l.syncs.rtt+l.earlyGap()+l.syncs.pace.lag) / 1e9
-	return min(lease, max(1, lease/4, ceil(k.rate*trip*headroom)))
-}
-
-// entitled is what an Equal share lets k lease now. The share is metered
-// as a token bucket of 1/N of the policy's rate and capacity: leases take
-// from it, what a lease left unspent comes back.
-func (l *Limiter) entitled(k *keyState, now, consumed int64) int64 {
-	n := l.nodesOr(k.nodes)
-	capacity := max(1, float64(k.pol.capacity)/n)
-	if k.shareAt == 0 {
-		k.share = capacity
-	} else {
-		k.share += k.pol.perSec / n * float64(now-k.shareAt) / 1e9
-		k.share += float64(max(0, k.lease-consumed))
-	}
-	k.share = min(k.share, capacity)
-	k.shareAt = now
-	return int64(k.share)
-}
-
-// quota is the fleet's quota for one interval.
-func (l *Limiter) quota(p *policy) float64 { return p.perSec * l.cfg.Interval.Seconds() }
-
-// nodesOr returns n, or the largest fleet seen if n is unknown.
-func (l *Limiter) nodesOr(n int) float64 {
-	if n > 0 {
-		return float64(n)
-	}
-	return l.fleetSize()
-}
-
-// floor is the least an active key asks for, and a new key's starter
-// credit.
-func (l *Limiter) floor(p *policy, nodes int) int64 {
-	return min(max(1, ceil(minShare*l.quota(p)/l.nodesOr(nodes))), p.capacity)
-}
-
-// ceil rounds x up to a whole number of tokens, ignoring the last few
-// bits of floating-point error so that 400.00000000000006 is 400.
-func ceil(x float64) int64 {
-	if x >= maxAllowance {
-		return maxAllowance
-	}
-	return int64(math.Ceil(x - 1e-9*max(1, x)))
-}
 
 // settle installs one key's grant, capped by factor: the ladder's, when
 // the grant comes from one side of a split.
