@@ -111,3 +111,56 @@ func TestCutOffNodeForgetsIdleKeys(t *testing.T) {
 	assert.Equal(t, 1, l.Len(), "the idle keys are forgotten, the busy one kept")
 	assert.NotEqual(t, "healthy", l.Health().Level.String())
 }
+
+// TestFloodGivesNoFreshStarters: a client floods one-off keys to keep the
+// table crowded, so that its own key, idle for two Intervals between
+// bursts, is forgotten and seen again as new each time. A new key may
+// spend a starter credit before its first grant (its part of the burst),
+// and a key seen again got a fresh one every time: bursts every 300 ms
+// took 736-826 in 3 s from a bucket of 100 a second with a burst of 100
+// (at most 400). While the table is crowded, or has been within
+// IdleTimeout, a new key's starter credit is the floor: 311 now.
+func TestFloodGivesNoFreshStarters(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: srv.DeadlineClient(t)})
+	require.NoError(t, err)
+	p := hybrid.Policy{Name: "api", Limit: 100, Window: time.Second, Burst: 100}
+	l, err := hybrid.New(hybrid.Config{
+		Node:      "flooded",
+		Policies:  []hybrid.Policy{p},
+		Syncer:    r,
+		Interval:  50 * time.Millisecond,
+		MaxKeys:   1_000,
+		FleetSize: 1,
+	})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Close()) }()
+
+	const run = 3 * time.Second
+	start := time.Now()
+	flood, admitted := 0, 0
+	nextBurst := time.Duration(0)
+	for now := time.Since(start); now < run; now = time.Since(start) {
+		for ; flood < int(now.Seconds()*2_000); flood++ {
+			_, _ = l.Allow(fmt.Sprintf("one-off:%d", flood))
+		}
+		if now >= nextBurst {
+			nextBurst += 300 * time.Millisecond
+			for range 150 {
+				d, err := l.Allow("mine")
+				require.NoError(t, err)
+				if d.Allowed() {
+					admitted++
+				}
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// A token bucket of 100 a second and a burst of 100 admits at most
+	// 100 + 100 x 3 over 3 s.
+	bound := int(p.Burst) + int(float64(p.Limit)*run.Seconds())
+	t.Logf("bursts of 150 every 300 ms under a flood of one-off keys: admitted %d over %v (an ideal bucket: at most %d); keys tracked %d",
+		admitted, run, bound, l.Len())
+	assert.LessOrEqual(t, admitted, bound+bound/10, "no fresh starter credit for a key forgotten and seen again")
+}

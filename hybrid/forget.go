@@ -17,6 +17,12 @@ package hybrid
 // over 3 s). Forgetting is still done by a sync, so no key's count is
 // lost: the table holds what a flood brings in over a few Intervals, and
 // sizing MaxKeys above that keeps the flood from locking anyone out.
+// A key forgotten so and seen again would start afresh, with a new
+// starter credit (its part of the burst, spent before its first grant):
+// a client keeping the table crowded with a flood could burst on its own
+// key every few Intervals and spend the credit each time (bursts every
+// 300 ms took 826 in 3 s from a bucket that holds 400), so while crowded
+// a new key's credit is the floor.
 //
 // A node cut off from its fleet cannot hand leases back, and so would
 // keep every key it has seen until the fleet returns. A key idle for two
@@ -28,10 +34,34 @@ package hybrid
 // requests before it is idle: IdleTimeout, or two Intervals while the
 // table holds more than three quarters of MaxKeys.
 func (l *Limiter) idleAfter() int64 {
-	if l.nkeys.Load() > int64(l.cfg.MaxKeys)/4*3 {
+	if l.crowded() {
 		return int64(2 * l.cfg.Interval)
 	}
 	return int64(l.cfg.IdleTimeout)
+}
+
+// crowded reports whether the table holds more than three quarters of
+// MaxKeys: keys are then forgotten after two Intervals idle. It notes
+// when it last was, for wasCrowded.
+func (l *Limiter) crowded() bool {
+	if l.nkeys.Load() <= int64(l.cfg.MaxKeys)/4*3 {
+		return false
+	}
+	if now := l.now(); now > l.crowdedAt.Load() {
+		l.crowdedAt.Store(now)
+	}
+	return true
+}
+
+// wasCrowded reports whether the table has been crowded within the last
+// IdleTimeout, when a key seen now may be one forgotten for being idle
+// two Intervals: a new key then gets no more than the floor as its
+// starter credit (see allowNew). A flood makes the table crowded and
+// empties it by turns, so that it is often not crowded when the key
+// comes back.
+func (l *Limiter) wasCrowded() bool {
+	at := l.crowdedAt.Load()
+	return at != 0 && l.now()-at < int64(l.cfg.IdleTimeout) || l.crowded()
 }
 
 // forget removes k; a caller still holding it sees it retired and looks

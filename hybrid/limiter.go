@@ -103,8 +103,9 @@ type Limiter struct {
 	dir      ShardDirectory      // nil: Strict keys are not sharded
 	ldir     LeaseShardDirectory // nil: Hybrid keys never lease from shards
 
-	keys  sync.Map // string -> *keyState
-	nkeys atomic.Int64
+	keys      sync.Map // string -> *keyState
+	nkeys     atomic.Int64
+	crowdedAt atomic.Int64 // when the table was last seen crowded (forget.go); 0 if never
 	// localFirst: some policy is Local and a key's policy is told by
 	// its prefix; Local keys are then held by their policy's
 	// local.Limiter alone, not in keys (see localPolicy).
@@ -350,9 +351,17 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 		// refused and the fleet's starters together hold at most the
 		// burst. It is charged to the fleet at the first sync, which is
 		// asked for at once. A closed Limiter syncs no more: its new
-		// keys get no credit and follow the FailMode.
+		// keys get no credit and follow the FailMode. While the table
+		// is crowded, a new key may be one forgotten a moment ago (see
+		// forget.go), and a fresh credit each time it is seen again
+		// would let a client that keeps the table full spend its
+		// key's burst over and over: the credit is then the floor.
 		if !l.closed.Load() {
-			k.word.Store(uint64(l.starter(pol)))
+			c := l.starter(pol)
+			if l.wasCrowded() {
+				c = l.floor(pol, 0)
+			}
+			k.word.Store(uint64(c))
 		}
 		t := l.now()
 		k.activeAt, k.forecastAt, k.lastSync, k.answeredAt = t, t, t-int64(l.cfg.Interval), t
