@@ -21,8 +21,9 @@ type fleet struct {
 
 	mu     sync.Mutex // guards br: strict decisions report to it from any goroutine
 	br     *partition.Breaker
-	closed atomic.Bool // br is closed: strict decisions and early syncs may call
-	clean  atomic.Bool // br is closed with no failure counted: a success changes nothing
+	closed atomic.Bool  // br is closed: strict decisions and early syncs may call
+	clean  atomic.Bool  // br is closed with no failure counted: a success changes nothing
+	okAt   atomic.Int64 // when a call last had an answer (wall, Unix ns): see strictCut
 
 	req      global.Request // the sync loop's scratch, under Limiter.syncMu
 	stretch  time.Duration  // how long the next probe may take, if more than SyncTimeout; under Limiter.syncMu
@@ -94,6 +95,9 @@ func (f *fleet) allow(now time.Time, probe bool) bool {
 // fleet answered.
 func (f *fleet) result(now time.Time, err error) {
 	ok := err == nil || errors.Is(err, global.ErrInvalid) || errors.Is(err, global.ErrCorrupt)
+	if ok && f.okAt.Load() < now.UnixNano() {
+		f.okAt.Store(now.UnixNano())
+	}
 	if ok && f.clean.Load() {
 		return // the common case, without the lock every Strict decision would share
 	}

@@ -343,7 +343,9 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 		return l.errDecision(ErrTooManyKeys), ErrTooManyKeys
 	}
 	k := &keyState{key: key, pol: pol}
-	k.until.Store(math.MaxInt64)
+	if pol.Mode != Strict {
+		k.until.Store(math.MaxInt64) // Strict: 0, the store is called (see strictCut)
+	}
 	if pol.Mode == Hybrid {
 		// Until its first grant, a new key may spend a starter credit:
 		// its part of the burst, the capacity over the largest fleet
