@@ -152,11 +152,20 @@ func (l *Limiter) allowLocal(p *policy, key string, now, n int64) (Decision, err
 	} else {
 		r, err = p.local.AllowNAt(key, l.epoch.Add(time.Duration(now)), int(n))
 	}
-	if errors.Is(err, local.ErrTooManyKeys) {
-		err = fmt.Errorf("%w: %w", ErrTooManyKeys, err)
-	}
-	if err != nil {
+	if err = localErr(err); err != nil {
 		return l.errDecision(err), err
 	}
 	return fromLocal(r, false), nil
+}
+
+// localErr is err, from a Local policy's local.Limiter, as the Limiter
+// returns it: a full local.Limiter's error is also ErrTooManyKeys, which
+// callers (httplimit: 503, not 500) test for whatever the policy's mode.
+// Every path that asks a local.Limiter (Allow, ReserveN, TakeN, WaitN)
+// passes its error through here.
+func localErr(err error) error {
+	if errors.Is(err, local.ErrTooManyKeys) && !errors.Is(err, ErrTooManyKeys) {
+		return fmt.Errorf("%w: %w", ErrTooManyKeys, err)
+	}
+	return err
 }

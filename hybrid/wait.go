@@ -89,7 +89,7 @@ func (l *Limiter) ReserveN(key string, n int) (*Reservation, error) {
 	}
 	if p.Mode == Local {
 		r, err := p.local.ReserveNAt(key, l.clk.Now(), n, Never)
-		if err != nil {
+		if err = localErr(err); err != nil {
 			return refusedReservation(l.errDecision(err)), err
 		}
 		return &Reservation{ok: r.OK(), delay: r.Delay(), local: r}, nil
@@ -117,11 +117,11 @@ func (l *Limiter) TakeN(key string, n int) (*Reservation, error) {
 	if p.Algorithm == local.TokenBucket {
 		if r, err := p.local.ReserveNAt(key, at, n, 0); err == nil && r.OK() {
 			res, err := p.local.AllowNAt(key, at, 0) // what is left, for the Decision
-			return &Reservation{ok: true, local: r, d: fromLocal(res, false), isD: true}, err
+			return &Reservation{ok: true, local: r, d: fromLocal(res, false), isD: true}, localErr(err)
 		}
 	}
 	res, err := p.local.AllowNAt(key, at, n)
-	if err != nil {
+	if err = localErr(err); err != nil {
 		return refusedReservation(l.errDecision(err)), err
 	}
 	d := fromLocal(res, false)
@@ -182,11 +182,11 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return err // as golang.org/x/time/rate: a done context takes nothing
 		}
 		if p := l.localPolicy(key); p != nil && len(key) <= l.cfg.MaxKeyLen {
-			return p.local.WaitN(ctx, key, n)
+			return localErr(p.local.WaitN(ctx, key, n))
 		}
 		v, ok := l.keys.Load(key)
 		if ok && v.(*keyState).pol.Mode == Local {
-			return v.(*keyState).pol.local.WaitN(ctx, key, n)
+			return localErr(v.(*keyState).pol.local.WaitN(ctx, key, n))
 		}
 		d, err := l.AllowN(key, n)
 		if err != nil {
