@@ -75,7 +75,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		rate = uint64(math.Ceil(float64(demand) / max(interval.Seconds(), 1e-3)))
 	}
 	w, nodes, light := t.weight(k, rate, shares, interval, now)
-	fleet := max(nodes, len(t.peers)+1) // the members, for a key not all have synced yet
+	fleet := max(nodes, len(t.peers)+1) // every peer known, for a key not all have synced yet
 
 	var lease, remaining int64
 	var used float64
@@ -195,9 +195,10 @@ func clampLease(demand int64, share, free float64) int64 {
 // Half, not the whole part: a node's slack is out of everyone else's
 // reach, and when a burst comes the bursting node's cut (w*free) is what
 // the others' slack leaves (bursts at the limit: 3.0% refused with the
-// whole part, 2.3% with half, 2.1% with none). nodes is the members, not
-// only those heard from on the key: on a cold start every node hears no
-// one and would take all that is free. The caller gives no slack on a
+// whole part, 2.3% with half, 2.1% with none). nodes counts every peer
+// the table knows (the dead and departed until forgotten, so at least
+// the members), not only those heard from on the key: on a cold start
+// every node hears no one and would take all that is free. The caller gives no slack on a
 // node's first sync of a key, on a split's minority side, or with less
 // than half the key free, and never past the node's meter, which bounds
 // a node that cannot hear its peers. The fleet's slack leases together
