@@ -137,7 +137,7 @@ func TestPartitionLadder(t *testing.T) {
 	close(stop)
 	require.Positive(t, tip, "the minority learned it was cut off, after the cut")
 	for i := range 3 {
-		assert.Equal(t, partition.Healthy, nodes[i].Health().Level, "the majority is healthy")
+		assert.Equal(t, partition.Healthy, fleettest.Link(nodes[i].Health()), "the majority is in touch")
 	}
 	h := nodes[4].Health()
 	assert.Equal(t, partition.Emergency, h.Level)

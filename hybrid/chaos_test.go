@@ -113,7 +113,7 @@ func TestRedisOutage(t *testing.T) {
 			for healthy == 0 && time.Since(start) < run {
 				all := true
 				for _, l := range fleet {
-					all = all && l.Health().Level == partition.Healthy
+					all = all && fleettest.Link(l.Health()) == partition.Healthy
 				}
 				if all {
 					healthy = time.Since(start) - back
@@ -230,7 +230,7 @@ func TestFailoverToGossip(t *testing.T) {
 		time.Sleep(run - 500*time.Millisecond)
 		worst := partition.Healthy
 		for _, l := range fleet {
-			worst = max(worst, l.Health().Level)
+			worst = max(worst, fleettest.Link(l.Health()))
 		}
 		levels <- worst
 	}()

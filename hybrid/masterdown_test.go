@@ -140,7 +140,7 @@ func masterDown(t *testing.T, stop func(*redistest.Server)) {
 	for i, l := range fleet {
 		h := l.Health()
 		t.Logf("node %d: %+v", i+1, h)
-		assert.Equal(t, partition.Healthy, h.Level, "node %d", i+1)
+		assert.Equal(t, partition.Healthy, fleettest.Link(h), "node %d", i+1)
 		assert.Equal(t, len(lost), h.FailingKeys, "node %d: the dead master's keys", i+1)
 		assert.ErrorIs(t, h.KeyError, global.ErrUnreachable, "node %d", i+1)
 	}

@@ -141,7 +141,7 @@ func watchHealth(fleet []*hybrid.Limiter, d time.Duration) func() int64 {
 	wg.Go(func() {
 		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 			for _, l := range fleet {
-				if l.Health().Level != partition.Healthy {
+				if fleettest.Link(l.Health()) != partition.Healthy {
 					n.Add(1)
 					break
 				}
