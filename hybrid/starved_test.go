@@ -1,6 +1,7 @@
 package hybrid_test
 
 import (
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -29,8 +30,15 @@ import (
 // where Allow is ten times slower: 0-0.0028% before, all while Healthy;
 // none now).
 //
-// Not parallel: it saturates the machine on purpose, for 4 s.
+// It saturates the machine on purpose, for 4 s, which starves every
+// other package's timing-bound tests that `go test ./...` runs beside it
+// (gossip's TestFleetAccuracy and TestForgedPackets failed so in CI): it
+// runs only with HYBRIDLIMIT_SATURATE set, which `make test` sets in a
+// run of its own after the others.
 func TestStarvedNodeKeepsItsLeases(t *testing.T) {
+	if os.Getenv("HYBRIDLIMIT_SATURATE") == "" {
+		t.Skip("saturates the CPU: make test runs it alone, with HYBRIDLIMIT_SATURATE=1")
+	}
 	srv := redistest.StartServer(t)
 	l, err := hybrid.New(hybrid.Config{
 		Node:     "starved",
