@@ -26,10 +26,10 @@ import (
 // offering twice the limit of two keys on each master. The keys on the
 // live masters keep their grants and their accuracy: within 5% of an
 // ideal limiter's admissions, their busiest second within 5% of the
-// ideal's, and past the first (the bucket's burst) at most 12% over the
-// limit, as with no master down. Only the dead master's keys follow the
-// FailMode: FailStatic on the ladder, from full shares for its first
-// second to half after. Every node stays Healthy, and its Health counts
+// ideal's, and past the first (the bucket's burst) at most 18% over the
+// limit (4-14% measured alone, 15% in CI), as with no master down. Only
+// the dead master's keys follow the FailMode: FailStatic on the ladder,
+// from full shares for its first second to half after. Every node stays Healthy, and its Health counts
 // the dead master's keys, with an error wrapping global.ErrUnreachable.
 //
 // Before, one failed command failed the whole Sync, and go-redis marked
@@ -127,8 +127,11 @@ func masterDown(t *testing.T, stop func(*redistest.Server)) {
 		// A second's count of a token bucket's admissions runs some
 		// way over the limit when what the fleet left unspent earlier
 		// is spent late: 207-217 of 200 with no master killed, on a
-		// loaded machine under the race detector.
-		assert.LessOrEqual(t, steady, limit*112/100, "key %s on a live master: busiest second past the first", k)
+		// loaded machine under the race detector; with one killed,
+		// 208-227 over 32 keys' runs, the same before and after the
+		// day's other changes (old and new test binaries alternated),
+		// and up to 230 in CI beside every other package's tests.
+		assert.LessOrEqual(t, steady, limit*118/100, "key %s on a live master: busiest second past the first", k)
 	}
 	for _, k := range lost {
 		r := runs[k]
