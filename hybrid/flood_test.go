@@ -24,7 +24,8 @@ import (
 // key after the first 2,000 failed ErrTooManyKeys until then: the
 // tenant's new keys were refused for the rest of the flood.
 func TestFloodLocksNoOneOut(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it loads the machine, and runs apart from the
+	// package's timing-bound tests (TestGossipSkew, TestManyKeysAreNotAnOutage).
 	srv := redistest.StartServer(t)
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: srv.DeadlineClient(t)})
 	require.NoError(t, err)
@@ -121,7 +122,8 @@ func TestCutOffNodeForgetsIdleKeys(t *testing.T) {
 // (at most 400). While the table is crowded, or has been within
 // IdleTimeout, a new key's starter credit is the floor: 311 now.
 func TestFloodGivesNoFreshStarters(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it loads the machine, and runs apart from the
+	// package's timing-bound tests (TestGossipSkew, TestManyKeysAreNotAnOutage).
 	srv := redistest.StartServer(t)
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: srv.DeadlineClient(t)})
 	require.NoError(t, err)

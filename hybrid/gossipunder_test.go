@@ -21,7 +21,8 @@ import (
 // node's lease followed its forecast, and the bursts found it short:
 // 24.5-36.6% of requests refused; now 0.
 func TestGossipUnderLimit(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it loads the machine, and runs apart from the
+	// package's timing-bound tests (TestGossipSkew, TestManyKeysAreNotAnOutage).
 	policy := hybrid.Policy{Name: "api", Limit: 1000, Window: time.Second, Burst: 1000}
 	peers := gossiptest.Start(t, 4, nil)
 	fleet := fleettest.Limiters(t, 4, func(i int) hybrid.Config {

@@ -27,7 +27,8 @@ import (
 // answers follows its FailMode alone, is not tried again for a while,
 // and Health counts it; the breaker stays closed.
 func TestStrictKeysOnDeadMaster(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it loads the machine, and runs apart from the
+	// package's timing-bound tests (TestGossipSkew, TestManyKeysAreNotAnOutage).
 	c := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
 	p := hybrid.Policy{Name: "login", Mode: hybrid.Strict, Limit: 1_000_000, Window: time.Second}
 	l := fleettest.Limiters(t, 1, func(int) hybrid.Config {
