@@ -97,7 +97,7 @@ func TestForgedLeaseLapses(t *testing.T) {
 	tab := testTable()
 	tab.join("a", "")
 	use := func(at instant) global.Grant {
-		g := tab.sync(&global.Usage{Key: "k", Limit: tb, Demand: 100}, 100*time.Millisecond, global.Equal, at)
+		g := tab.sync(&global.Usage{Key: "k", Limit: tb, Demand: 100}, 100*time.Millisecond, global.Equal, at, false)
 		require.NoError(t, g.Err)
 		return g
 	}
@@ -117,10 +117,10 @@ func TestForgedFarewellIsUndone(t *testing.T) {
 	tab.join("b", "")
 	require.NoError(t, receive(tab, kindUpdate, "b", 5, t0, swEntry(t0, 1, 1)))
 	require.NoError(t, receive(tab, kindLeave, "b", 5, t0))
-	assert.Equal(t, 1, tab.sync(&global.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, global.Equal, t0).Nodes)
+	assert.Equal(t, 1, tab.sync(&global.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, global.Equal, t0, false).Nodes)
 	at := t0.add(100 * time.Millisecond)
 	require.NoError(t, receive(tab, kindUpdate, "b", 5, at, swEntry(at, 2, 2)))
-	g := tab.sync(&global.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, global.Equal, at)
+	g := tab.sync(&global.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, global.Equal, at, false)
 	assert.Equal(t, 2, g.Nodes, "b's own update says it is here")
 	assert.InDelta(t, 0.5, g.Weight, 1e-9, "so it keeps its share")
 }
@@ -133,7 +133,7 @@ func TestUsedSaturates(t *testing.T) {
 		tab.join(name, "")
 		require.NoError(t, receive(tab, kindUpdate, name, 1, t0, swEntry(t0, maxCount, 1)))
 	}
-	g := tab.sync(&global.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, global.DemandWeighted, t0)
+	g := tab.sync(&global.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, global.DemandWeighted, t0, false)
 	require.NoError(t, g.Err)
 	assert.Equal(t, int64(math.MaxInt64), g.Used, "saturated, not wrapped")
 	assert.Zero(t, g.Lease)

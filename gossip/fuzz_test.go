@@ -80,7 +80,7 @@ func FuzzMergeSync(f *testing.F) {
 			}
 		}
 		usage := &global.Usage{Key: "k", Limit: lim, Consumed: 3, Demand: int64(demand)}
-		check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, t0))
+		check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, t0, false))
 		var m message
 		if m.decode(b) != nil {
 			return
@@ -91,12 +91,12 @@ func FuzzMergeSync(f *testing.F) {
 			tab.merge(&m, now)
 			held(now)
 			tab.gc(now)
-			check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, now))
-			check(tab.sync(usage, 100*time.Millisecond, global.Equal, now))
+			check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, now, false))
+			check(tab.sync(usage, 100*time.Millisecond, global.Equal, now, false))
 			held(now)
 		}
 		now = now.add(time.Hour)
 		tab.gc(now)
-		check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, now))
+		check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, now, false))
 	})
 }

@@ -17,16 +17,16 @@ import (
 // node has been on a split's minority side.
 func (t *table) syncAll(req *global.Request, now instant, split time.Duration) *global.Response {
 	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys)), Partitioned: split}
-	t.split = split > 0
 	for i := range req.Keys {
-		resp.Grants[i] = t.sync(&req.Keys[i], req.Interval, req.Shares, now)
+		resp.Grants[i] = t.sync(&req.Keys[i], req.Interval, req.Shares, now, split > 0)
 	}
 	return resp
 }
 
 // sync records this node's use of one key and grants its next lease.
-// interval is the caller's sync interval.
-func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shares, now instant) global.Grant {
+// interval is the caller's sync interval; minority, whether this node is
+// on a split's minority side (no slack then).
+func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shares, now instant, minority bool) global.Grant {
 	lim := u.Limit
 	if err := lim.Validate(); err != nil {
 		return global.Grant{Err: fmt.Errorf("%w: %v", global.ErrInvalid, err)}
@@ -115,7 +115,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		// sliding window needs no such cut: its meter is its weight's
 		// part of the window's count, so the fleet's sum is the limit.
 		lease = clampLease(demand, l.meter, w*free)
-		if light && !first && !t.split && free >= B/2 {
+		if light && !first && !minority && free >= B/2 {
 			lease = max(lease, min(slack(demand, free, fleet, lim, interval), int64(max(l.meter, 0))))
 		}
 		remaining = saturate(free - float64(lease))
@@ -126,7 +126,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		free := float64(lim.Limit) - used - others
 		meter := w*float64(lim.Limit) - own.estimate(ep, frac)
 		lease = clampLease(demand, meter, free)
-		if light && !first && !t.split && free >= float64(lim.Limit)/2 {
+		if light && !first && !minority && free >= float64(lim.Limit)/2 {
 			lease = max(lease, min(slack(demand, free, fleet, lim, interval), int64(max(meter, 0))))
 		}
 		remaining = saturate(free - float64(lease))

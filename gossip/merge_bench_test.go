@@ -17,7 +17,7 @@ func BenchmarkGossipMerge(b *testing.B) {
 	tab := testTable()
 	lim := global.Limit{Limit: 1000, Window: time.Second}
 	for k := range 1000 {
-		tab.sync(&global.Usage{Key: fmt.Sprintf("key-%d", k), Limit: lim, Demand: 10}, 100*time.Millisecond, global.DemandWeighted, t0)
+		tab.sync(&global.Usage{Key: fmt.Sprintf("key-%d", k), Limit: lim, Demand: 10}, 100*time.Millisecond, global.DemandWeighted, t0, false)
 		for p := range 4 {
 			tab.merge(updateFrom(fmt.Sprintf("node-%d", p), 1, peerEntry(fmt.Sprintf("key-%d", k), t0, 1, 1)), t0)
 		}

@@ -94,7 +94,6 @@ type table struct {
 	forget              int64 // how long a gone peer is remembered
 
 	scratch []float64
-	split   bool    // the sync in progress is on a split's minority side: no slack (see slack)
 	downs   []int64 // view's scratch
 	changed []*key  // own keys synced since they were last flushed
 	dropped uint64  // entries refused: table full, or unknown peer beyond maxPeers

@@ -38,7 +38,7 @@ func peerEntry(key string, at instant, cur, tick uint64) entry {
 
 func grant(t *testing.T, tab *table, key string, consumed, demand int64, at instant) global.Grant {
 	t.Helper()
-	g := tab.sync(&global.Usage{Key: key, Limit: sw, Consumed: consumed, Demand: demand}, 100*time.Millisecond, global.DemandWeighted, at)
+	g := tab.sync(&global.Usage{Key: key, Limit: sw, Consumed: consumed, Demand: demand}, 100*time.Millisecond, global.DemandWeighted, at, false)
 	require.NoError(t, g.Err)
 	return g
 }
@@ -162,7 +162,7 @@ func TestWaterFilling(t *testing.T) {
 	// 33.3/s (it asks 50), p 6.7/s (asks 10), q 133/s (asks 200); the
 	// limit is 100/s. p and this node get their forecasts, q what is
 	// left (60).
-	g := tab.sync(&global.Usage{Key: "k", Limit: tb, Demand: 5}, 100*time.Millisecond, global.DemandWeighted, t0)
+	g := tab.sync(&global.Usage{Key: "k", Limit: tb, Demand: 5}, 100*time.Millisecond, global.DemandWeighted, t0, false)
 	assert.InDelta(t, 50/demandHeadroom/100, g.Weight, 1e-9)
 }
 
@@ -199,7 +199,7 @@ func TestWaterFillingLendsTheHeadroom(t *testing.T) {
 			tab.join(p, "")
 			tab.merge(updateFrom(p, 1, entry{hash: h, windowMs: 1000, stamp: t0.ms(), epoch: t0.ms() / 1000, demand: asks(rates[p]), ttlMs: 200}), t0)
 		}
-		g := tab.sync(&global.Usage{Key: "k", Limit: tb, Demand: int64(asks(rates[self]) / 10)}, 100*time.Millisecond, global.DemandWeighted, t0)
+		g := tab.sync(&global.Usage{Key: "k", Limit: tb, Demand: int64(asks(rates[self]) / 10)}, 100*time.Millisecond, global.DemandWeighted, t0, false)
 		require.NoError(t, g.Err)
 		if self == "heavy" {
 			assert.InDelta(t, 1-7*light/limit, g.Weight, 0.01, "the heavy node gets what the light ones do not use")
@@ -235,7 +235,7 @@ func TestLeasesShareWhatIsFree(t *testing.T) {
 			tab.join(p, "")
 			tab.merge(updateFrom(p, 1, entry{hash: h, windowMs: 1000, stamp: t0.ms(), epoch: ep, cur: 212, demand: 600, ttlMs: 200}), t0)
 		}
-		g := tab.sync(&global.Usage{Key: "k", Limit: lim, Demand: 60}, 100*time.Millisecond, global.DemandWeighted, t0)
+		g := tab.sync(&global.Usage{Key: "k", Limit: lim, Demand: 60}, 100*time.Millisecond, global.DemandWeighted, t0, false)
 		require.NoError(t, g.Err)
 		assert.InDelta(t, 0.2, g.Weight, 1e-9)
 		assert.Positive(t, g.Lease, "a node at the limit with tokens free leases some")
@@ -249,7 +249,7 @@ func TestTokenBucketLeases(t *testing.T) {
 	tab := testTable()
 	tb := global.Limit{Limit: 100, Window: time.Second}
 	use := func(consumed, demand int64, at instant) global.Grant {
-		return tab.sync(&global.Usage{Key: "k", Limit: tb, Consumed: consumed, Demand: demand}, 100*time.Millisecond, global.DemandWeighted, at)
+		return tab.sync(&global.Usage{Key: "k", Limit: tb, Consumed: consumed, Demand: demand}, 100*time.Millisecond, global.DemandWeighted, at, false)
 	}
 	g := use(0, 30, t0)
 	assert.Equal(t, int64(30), g.Lease)
