@@ -11,7 +11,7 @@ TEST_TIMEOUT        ?= 12m
 # The tests that saturate the CPU on purpose run alone, after the others,
 # whose timing they would starve.
 test: fmt vet staticcheck redis-server
-	$(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -shuffle=on -p 1 -timeout $(TEST_TIMEOUT) ./...
 	HYBRIDLIMIT_SATURATE=1 $(GO) test -race -count=1 -run 'TestStarvedNodeKeepsItsLeases' ./hybrid
 
 # gofmt -l lists files that need formatting; any output fails the build.
