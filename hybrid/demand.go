@@ -69,16 +69,6 @@ func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
 		h = min(l.cfg.Interval, k.pol.Window) + time.Duration(l.syncs.rtt)
 	}
 	d := max(ceil(k.rate*h.Seconds()*headroom), l.floor(k.pol, k.nodes))
-	if !k.hasGrant.Load() {
-		// A new key spends its starter credit until the first grant,
-		// which replaces what is left of it. Its forecast, from the few
-		// requests before the first sync, may ask for less than that:
-		// in a burst the node then lost the rest of its part of the
-		// burst mid-way (6 nodes hit at once with 30 first requests
-		// each: 42 of 60 admitted on a loaded CI). Asking for what it
-		// still holds turns it into a lease the fleet counts.
-		d = max(d, k.allowance())
-	}
 	if l.cfg.Shares == global.Equal {
 		if c := l.entitled(k, now, consumed); d > c {
 			d, k.capped = c, true
