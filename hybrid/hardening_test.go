@@ -259,8 +259,12 @@ func TestFallbackStartsFromShare(t *testing.T) {
 		}
 		return resp, nil
 	})
+	// 100 per 100 s: the fallback refills a token every 4 s, so that a
+	// key reached late in the loop below has refilled none. At 100/s it
+	// refilled one every 40 ms, and a loaded CI's -race took that long
+	// to reach the later keys (744 admitted).
 	l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: s, ManualSync: true, MaxKeys: 2 * keys,
-		Policies: []hybrid.Policy{{Name: "p", Limit: 100, Window: time.Second}}})
+		Policies: []hybrid.Policy{{Name: "p", Limit: 100, Window: 100 * time.Second}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	ctx := context.Background()
@@ -275,7 +279,7 @@ func TestFallbackStartsFromShare(t *testing.T) {
 	admitted := 0
 	for i := range keys {
 		// The fleet had nothing left: the node's bucket starts empty and
-		// refills at a quarter of 100/s, a token every 40ms.
+		// refills at a quarter of 1/s, a token every 4 s.
 		d, err := l.Allow(fmt.Sprint("k", i))
 		require.NoError(t, err)
 		require.True(t, d.Degraded())
