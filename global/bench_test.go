@@ -7,38 +7,65 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 // BenchmarkSync is one node's sync of N active keys against real Redis on
 // loopback. rtt/sync counts the pipelines sent: it must stay 1 however
-// many keys there are.
+// many keys there are. Redis's own counts come beside it: script calls
+// (evalsha) and commands (inside scripts too) per key, and Redis's CPU
+// per key (INFO cpu).
+//
+//	go test -run '^$' -bench 'Sync$' -benchtime 20x ./global/
 func BenchmarkSync(b *testing.B) {
 	s := redistest.StartServer(b)
 	c := s.DeadlineClient(b)
 	counter := &pipelineCounter{byNode: map[string]int{}}
 	c.AddHook(counter.hook(s.Addr))
-	r := newSyncer(b, c)
+	// 100,000 keys take seconds a round unbatched.
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 30 * time.Second})
+	require.NoError(b, err)
 	lim := global.Limit{Limit: 1_000_000, Window: time.Second}
-	for _, n := range []int{1, 100, 10000} {
+	for _, n := range []int{1, 100, 1000, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			req := &global.Request{Node: "bench", Interval: 100 * time.Millisecond}
 			for i := range n {
 				req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("k", i), Limit: lim, Consumed: 3, Demand: 3})
 			}
+			// The keys' state exists, as in a steady round.
+			_, err := r.Sync(context.Background(), req)
+			require.NoError(b, err)
 			counter.reset()
+			s.ResetStats(b)
+			cpu := s.CPU(b)
 			for b.Loop() {
-				if _, err := r.Sync(context.Background(), req); err != nil {
+				resp, err := r.Sync(context.Background(), req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := resp.Grants[n-1].Err; err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpu = s.CPU(b) - cpu
 			trips := 0
 			for _, v := range counter.reset() {
 				trips += v
 			}
+			cmds := s.Commands(b)
+			total := int64(0)
+			for _, v := range cmds {
+				total += v
+			}
+			keys := float64(n) * float64(b.N)
 			b.ReportMetric(float64(trips)/float64(b.N), "rtt/sync")
 			b.ReportMetric(float64(n), "keys/sync")
+			b.ReportMetric(float64(cmds["evalsha"]+cmds["eval"])/keys, "scripts/key")
+			b.ReportMetric(float64(total)/keys, "cmds/key")
+			b.ReportMetric(float64(cpu.Microseconds())/keys, "redis-cpu-µs/key")
 		})
 	}
 }

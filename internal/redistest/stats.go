@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -68,4 +69,34 @@ func parseCommandStats(info string) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// CPU returns the CPU time the server has used since it started, system
+// and user together (INFO cpu: used_cpu_sys + used_cpu_user).
+func (s *Server) CPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	c := redis.NewClient(s.Options())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		tb.Fatalf("redistest: INFO cpu on %s: %v", s.Addr, err)
+	}
+	return parseCPU(info)
+}
+
+// parseCPU sums used_cpu_sys and used_cpu_user, in seconds, of an INFO
+// cpu reply.
+func parseCPU(info string) time.Duration {
+	var sec float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			if x, err := strconv.ParseFloat(v, 64); err == nil {
+				sec += x
+			}
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
 }

@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -28,4 +29,10 @@ func TestCommands(t *testing.T) {
 	assert.Equal(t, int64(1), got["eval"])
 	s.ResetStats(t)
 	assert.Zero(t, s.TotalCommands(t))
+}
+
+func TestParseCPU(t *testing.T) {
+	t.Parallel()
+	info := "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:0.500000\r\nused_cpu_sys_children:9.000000\r\n"
+	assert.Equal(t, 1750*time.Millisecond, parseCPU(info))
 }
