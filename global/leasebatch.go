@@ -1,0 +1,277 @@
+package global
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/internal/redisslot"
+	"github.com/hybridlimit/hybridlimit/partition"
+)
+
+// Sync runs the leases of many keys in each script call: Redis pays a
+// command's dispatch, a script's setup and a TIME once per call, not per
+// key (BenchmarkSync: one call per key ran 7 commands and took 19 µs of
+// Redis's CPU a key). A script holds Redis for as long as it runs, so a
+// call carries at most batchKeys keys; and Redis Cluster runs a script
+// only on keys of one hash slot, so there a call carries keys of one
+// slot (each key's state shares its slot by its hash tag), and most
+// calls one key. A Ring, or any other client, places keys by their own
+// hashing: one key a call.
+
+// batchKeys is the most keys one lease batch carries: about 1 ms of
+// Redis at a few nodes a key. See docs/redis.md for the measurements.
+const batchKeys = 64
+
+// leaseArgs is how many of the lease batch's ARGV each key takes.
+const leaseArgs = 10
+
+// leaseBatch is the lease of many keys, in one script call. KEYS, in
+// pairs, are each key's state hash and lease mark. ARGV starts with what
+// the keys share: node, interval_us, stale_us, equal ("1": equal shares,
+// else demand-weighted), then the fallback steps (see stepsOf); then
+// leaseArgs numbers per key: its algorithm (1 sliding window, else
+// token bucket), limit, window_us, burst, consumed, demand, ttl_ms,
+// series, total (see once), and whether the fallback steps are the key's
+// (0 for a shard, which reserves nothing for a silent node). Redis's
+// TIME is read once, for every key.
+//
+// It returns one reply per key, in order: its lease's (see leaseFns),
+// or an error reply of its own. A key whose state is corrupt, or that
+// a command refuses, fails alone: its lease runs under pcall, and its
+// error is its reply. (Lua scripts are not transactions: what a failed
+// key's lease wrote before its error stays, as it did when each key had
+// a script of its own.)
+var leaseBatch = redis.NewScript(storedNum + leaseCommon + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
+local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
+local steps, none = stepsOf(5), {}
+local at = 6 + #steps
+local out = {}
+for i = 1, #KEYS / 2 do
+  local lease, st = leaseTokenBucket, steps
+  if ARGV[at] == '1' then lease = leaseSlidingWindow end
+  if ARGV[at + 9] == '0' then st = none end
+  local ok, r = pcall(lease, KEYS[2 * i - 1], KEYS[2 * i], now, node, interval, stale, equal, st,
+    tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]),
+    tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]), tonumber(ARGV[at + 7]), tonumber(ARGV[at + 8]))
+  if not ok then
+    -- error() raises a string; a command Redis refuses, a table.
+    if type(r) == 'table' and r.err then r = {err = r.err} else r = {err = tostring(r)} end
+  end
+  out[i] = r
+  at = at + ` + strconv.Itoa(leaseArgs) + `
+end
+return out
+`)
+
+// leaseItem is one key's part of a lease batch.
+type leaseItem struct {
+	i    int    // its Usage's index in the Request
+	base string // keyBase
+	args [leaseArgs]any
+}
+
+// Sync reports req's usage and leases each key's next tokens, in one
+// pipelined round trip per Redis node, with many keys a script call.
+func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if req.Node == "" { // the node's lease and demand are kept under its name
+		return nil, fmt.Errorf("%w: Request.Node is empty", ErrInvalid)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+
+	resp := &Response{Grants: make([]Grant, len(req.Keys))}
+	interval := micros(req.Interval)
+	items := make([]leaseItem, 0, len(req.Keys))
+	for i, u := range req.Keys {
+		it, err := r.leaseItem(interval, u)
+		if err != nil {
+			resp.Grants[i].Err = err
+			continue
+		}
+		it.i = i
+		items = append(items, it)
+	}
+	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == Equal)}, fallbackArgs(req.Fallback)...)
+	groups := r.groups(items, r.crossSlot.Load())
+	calls := make([]scriptCall, len(groups))
+	for j, g := range groups {
+		calls[j] = batchCall(head, items, g)
+	}
+	results, err := r.run(ctx, calls)
+	if err != nil {
+		return nil, err
+	}
+	var again []int
+	for j, res := range results {
+		if res.err != nil && redis.HasErrorPrefix(res.err, "CROSSSLOT") && len(groups[j]) > 1 {
+			again = append(again, groups[j]...)
+			continue
+		}
+		r.grants(req, items, groups[j], res, resp)
+	}
+	if len(again) > 0 {
+		// A plain client on a Redis in Cluster mode, which refused keys of
+		// several slots in one call without running it: from now on,
+		// every call carries keys of one slot.
+		r.crossSlot.Store(true)
+		sub := make([]leaseItem, len(again))
+		for k, i := range again {
+			sub[k] = items[i]
+		}
+		groups := r.groups(sub, true)
+		calls := make([]scriptCall, len(groups))
+		for j, g := range groups {
+			calls[j] = batchCall(head, sub, g)
+		}
+		results, err := r.run(ctx, calls)
+		for j, g := range groups {
+			res := callResult{err: err}
+			if err == nil {
+				res = results[j]
+			}
+			r.grants(req, sub, g, res, resp)
+		}
+	}
+	return resp, nil
+}
+
+// grants sets in resp the grants of the keys g of items, whose call
+// answered res.
+func (r *Redis) grants(req *Request, items []leaseItem, g []int, res callResult, resp *Response) {
+	for k, i := range g {
+		it := &items[i]
+		gr := &resp.Grants[it.i]
+		switch {
+		case res.err != nil:
+			gr.Err = res.err
+		case res.items[k].err != nil:
+			gr.Err = res.items[k].err
+		default:
+			*gr, gr.Err = r.grantOf(req.Keys[it.i], res.items[k].vals)
+		}
+	}
+}
+
+// groups splits items into the keys of each lease batch, as indices of
+// items, by where the client runs a call (see Sync): any keys together
+// on a single Redis, unless bySlot; keys of one slot on a Cluster; one
+// key a call on any other client. No batch carries more than batchKeys.
+func (r *Redis) groups(items []leaseItem, bySlot bool) [][]int {
+	var out [][]int
+	switch r.cfg.Client.(type) {
+	case *redis.ClusterClient:
+		bySlot = true
+	case *redis.Client:
+	default:
+		for i := range items {
+			out = append(out, []int{i})
+		}
+		return out
+	}
+	if !bySlot {
+		for i := 0; i < len(items); i += batchKeys {
+			g := make([]int, 0, min(batchKeys, len(items)-i))
+			for k := i; k < min(i+batchKeys, len(items)); k++ {
+				g = append(g, k)
+			}
+			out = append(out, g)
+		}
+		return out
+	}
+	open := map[int]int{} // slot -> its batch in out still open
+	for i, it := range items {
+		slot := redisslot.Of(it.base)
+		j, ok := open[slot]
+		if !ok || len(out[j]) == batchKeys {
+			j = len(out)
+			open[slot] = j
+			out = append(out, make([]int, 0, 1))
+		}
+		out[j] = append(out[j], i)
+	}
+	return out
+}
+
+// batchCall is the lease batch's call for the keys g of items, after the
+// shared arguments head.
+func batchCall(head []any, items []leaseItem, g []int) scriptCall {
+	c := scriptCall{
+		script: leaseBatch,
+		keys:   make([]string, 0, 2*len(g)),
+		args:   slices.Grow(slices.Clip(head), leaseArgs*len(g)),
+		reply:  10,
+		batch:  len(g),
+	}
+	for _, i := range g {
+		it := &items[i]
+		c.keys = append(c.keys, it.base+"lease", it.base+"lshards")
+		c.args = append(c.args, it.args[:]...)
+	}
+	return c
+}
+
+// leaseItem is u's part of a lease batch but for its index. Consumed
+// and Demand are counted up to MaxLimit, which the scripts keep exact.
+func (r *Redis) leaseItem(interval int64, u Usage) (leaseItem, error) {
+	if err := u.Limit.Validate(); err != nil {
+		return leaseItem{}, fmt.Errorf("%w: key %q: %v", ErrInvalid, u.Key, err)
+	}
+	if u.Consumed < 0 || u.Demand < 0 || u.Total < 0 {
+		return leaseItem{}, fmt.Errorf("%w: key %q: Consumed, Demand and Total must not be negative", ErrInvalid, u.Key)
+	}
+	if u.Series > MaxLimit || u.Total > MaxLimit {
+		return leaseItem{}, fmt.Errorf("%w: key %q: Series %d and Total %d must be at most MaxLimit (%d): start a new Series", ErrInvalid, u.Key, u.Series, u.Total, int64(MaxLimit))
+	}
+	base, err := r.keyBase(u.Key, u.Shard)
+	if err != nil {
+		return leaseItem{}, err
+	}
+	alg, steps := 0, 1
+	if u.Limit.Algorithm == SlidingWindow {
+		alg = 1
+	}
+	if u.Shard != (Shard{}) {
+		// A node goes quiet on a shard when it leases from another:
+		// only silence on the key itself is a partition.
+		steps = 0
+	}
+	window := micros(u.Limit.Window)
+	// The state outlives a full refill and a few intervals.
+	ttl := (2*window+10*interval)/1000 + 1
+	return leaseItem{base: base, args: [leaseArgs]any{alg, u.Limit.Limit, window, u.Limit.burst(),
+		min(u.Consumed, MaxLimit), min(u.Demand, MaxLimit), ttl, u.Series, u.Total, steps}}, nil
+}
+
+// fallbackArgs is steps as the lease scripts read them (stepsOf): the
+// number of finite steps, then each one's until (µs) and factor. The
+// last step, if it lasts for ever, is left out.
+func fallbackArgs(steps []partition.Step) []any {
+	if n := len(steps); n > 0 && steps[n-1].Until == 0 {
+		steps = steps[:n-1]
+	}
+	args := make([]any, 0, 1+2*len(steps))
+	args = append(args, len(steps))
+	for _, st := range steps {
+		args = append(args, micros(st.Until), st.Factor)
+	}
+	return args
+}
+
+// staleAfter is how long, in microseconds, a node that syncs every
+// interval microseconds may go unheard before it stops counting as
+// active and its lease is forgotten: three intervals.
+func staleAfter(interval int64) int64 { return 3 * interval }
+
+func equalArg(equal bool) string {
+	if equal {
+		return "1"
+	}
+	return "0"
+}
