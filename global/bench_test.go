@@ -3,7 +3,10 @@ package global_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +20,8 @@ import (
 // loopback. rtt/sync counts the pipelines sent: it must stay 1 however
 // many keys there are. Redis's own counts come beside it: script calls
 // (evalsha) and commands (inside scripts too) per key, and Redis's CPU
-// per key (INFO cpu).
+// per key and per sync (INFO cpu), and how long Redis spends in one
+// script call (commandstats).
 //
 //	go test -run '^$' -bench 'Sync$' -benchtime 20x ./global/
 func BenchmarkSync(b *testing.B) {
@@ -29,7 +33,22 @@ func BenchmarkSync(b *testing.B) {
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 30 * time.Second})
 	require.NoError(b, err)
 	lim := global.Limit{Limit: 1_000_000, Window: time.Second}
-	for _, n := range []int{1, 100, 1000, 10_000, 100_000} {
+	keyCounts := []int{1, 100, 1000, 10_000, 100_000}
+	if v := os.Getenv("SYNC_BENCH_KEYS"); v != "" { // e.g. 1000,10000
+		keyCounts = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			require.NoError(b, err)
+			keyCounts = append(keyCounts, n)
+		}
+	}
+	if v := os.Getenv("SYNC_BENCH_BATCH"); v != "" { // keys a script call carries
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err)
+		old := global.SetBatchKeysForTest(n)
+		b.Cleanup(func() { global.SetBatchKeysForTest(old) })
+	}
+	for _, n := range keyCounts {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			req := &global.Request{Node: "bench", Interval: 100 * time.Millisecond}
 			for i := range n {
@@ -55,15 +74,18 @@ func BenchmarkSync(b *testing.B) {
 			for _, v := range counter.reset() {
 				trips += v
 			}
-			cmds := s.Commands(b)
+			cmds, usec := s.Commands(b), s.CommandTimes(b)
 			total := int64(0)
 			for _, v := range cmds {
 				total += v
 			}
 			keys := float64(n) * float64(b.N)
+			scripts := float64(cmds["evalsha"] + cmds["eval"])
+			b.ReportMetric(float64(usec["evalsha"]+usec["eval"])/max(scripts, 1), "µs/script")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N)/1000, "redis-cpu-ms/sync")
 			b.ReportMetric(float64(trips)/float64(b.N), "rtt/sync")
 			b.ReportMetric(float64(n), "keys/sync")
-			b.ReportMetric(float64(cmds["evalsha"]+cmds["eval"])/keys, "scripts/key")
+			b.ReportMetric(scripts/keys, "scripts/key")
 			b.ReportMetric(float64(total)/keys, "cmds/key")
 			b.ReportMetric(float64(cpu.Microseconds())/keys, "redis-cpu-µs/key")
 		})

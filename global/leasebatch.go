@@ -24,7 +24,7 @@ import (
 
 // batchKeys is the most keys one lease batch carries: about 1 ms of
 // Redis at a few nodes a key. See docs/redis.md for the measurements.
-const batchKeys = 64
+var batchKeys = 64
 
 // leaseArgs is how many of the lease batch's ARGV each key takes.
 const leaseArgs = 10

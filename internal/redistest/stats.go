@@ -17,6 +17,19 @@ import (
 // and HELLO, which opens every connection, are left out.
 func (s *Server) Commands(tb testing.TB) map[string]int64 {
 	tb.Helper()
+	return parseCommandStats(s.commandStats(tb), "calls")
+}
+
+// CommandTimes returns the time the server has spent in each command
+// since it started or since the last ResetStats, in microseconds, as
+// Commands counts them: a script's time includes its commands'.
+func (s *Server) CommandTimes(tb testing.TB) map[string]int64 {
+	tb.Helper()
+	return parseCommandStats(s.commandStats(tb), "usec")
+}
+
+func (s *Server) commandStats(tb testing.TB) string {
+	tb.Helper()
 	c := redis.NewClient(s.Options())
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -25,7 +38,7 @@ func (s *Server) Commands(tb testing.TB) map[string]int64 {
 	if err != nil {
 		tb.Fatalf("redistest: INFO commandstats on %s: %v", s.Addr, err)
 	}
-	return parseCommandStats(info)
+	return info
 }
 
 // TotalCommands sums Commands.
@@ -50,9 +63,9 @@ func (s *Server) ResetStats(tb testing.TB) {
 	}
 }
 
-// parseCommandStats reads lines like
+// parseCommandStats reads field of lines like
 // "cmdstat_evalsha:calls=12,usec=340,usec_per_call=28.33,...".
-func parseCommandStats(info string) map[string]int64 {
+func parseCommandStats(info, field string) map[string]int64 {
 	out := map[string]int64{}
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -61,7 +74,7 @@ func parseCommandStats(info string) map[string]int64 {
 			continue
 		}
 		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
+			if v, ok := strings.CutPrefix(f, field+"="); ok {
 				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 					out[name] = n
 				}
