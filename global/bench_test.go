@@ -111,3 +111,37 @@ func BenchmarkStrictAllow(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
+
+// BenchmarkSyncCluster is BenchmarkSync on a 3-master Redis Cluster,
+// where a script call carries only keys of one hash slot: scripts/key
+// says how many calls that leaves, summed over the masters.
+func BenchmarkSyncCluster(b *testing.B) {
+	cl := redistest.StartCluster(b, 3)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: cl.DeadlineClient(b), Timeout: 30 * time.Second})
+	require.NoError(b, err)
+	lim := global.Limit{Limit: 1_000_000, Window: time.Second}
+	for _, n := range []int{1000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			req := &global.Request{Node: "bench", Interval: 100 * time.Millisecond}
+			for i := range n {
+				req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("k", i), Limit: lim, Consumed: 3, Demand: 3})
+			}
+			_, err := r.Sync(context.Background(), req)
+			require.NoError(b, err)
+			for _, m := range cl.Masters {
+				m.ResetStats(b)
+			}
+			for b.Loop() {
+				if _, err := r.Sync(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			scripts := int64(0)
+			for _, m := range cl.Masters {
+				c := m.Commands(b)
+				scripts += c["evalsha"] + c["eval"]
+			}
+			b.ReportMetric(float64(scripts)/float64(n)/float64(b.N), "scripts/key")
+		})
+	}
+}
