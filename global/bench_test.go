@@ -145,3 +145,47 @@ func BenchmarkSyncCluster(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLeaseNodes is the Redis time of one key's lease, by the
+// nodes recorded on the key (each with its six fields), in calls of one
+// key and of 16 (commandstats: Redis's own time in the script).
+func BenchmarkLeaseNodes(b *testing.B) {
+	s := redistest.StartServer(b)
+	c := s.Client(b)
+	r := newSyncer(b, s.DeadlineClient(b))
+	ctx := context.Background()
+	lim := global.Limit{Limit: 1_000_000, Window: time.Minute}
+	for _, others := range []int{0, 10, 100, 1000} {
+		req := &global.Request{Node: "n", Interval: time.Second}
+		now := redisNow(b, c).UnixMicro()
+		pipe := c.Pipeline()
+		for i := range 16 {
+			key := fmt.Sprint("nodes-", others, "-", i)
+			req.Keys = append(req.Keys, global.Usage{Key: key, Limit: lim, Demand: 10, Consumed: 1, Series: 5, Total: int64(i)})
+			fields := []any{"pad", 1}
+			for n := range others {
+				o := fmt.Sprint("other-", n)
+				fields = append(fields, "s:"+o, now, "d:"+o, 1, "l:"+o, 0, "g:"+o, now, "k:"+o, 3, "c:"+o, 5)
+			}
+			pipe.HSet(ctx, global.RedisKeyForTest("hl:", key, "lease"), fields...)
+		}
+		_, err := pipe.Exec(ctx)
+		require.NoError(b, err)
+		_, err = r.Sync(ctx, req)
+		require.NoError(b, err)
+		for _, batch := range []int{1, 16} {
+			b.Run(fmt.Sprintf("nodes=%d/batch=%d", others+1, batch), func(b *testing.B) {
+				old := global.SetBatchKeysForTest(batch)
+				defer global.SetBatchKeysForTest(old)
+				s.ResetStats(b)
+				for b.Loop() {
+					if _, err := r.Sync(ctx, req); err != nil {
+						b.Fatal(err)
+					}
+				}
+				usec := s.CommandTimes(b)["evalsha"]
+				b.ReportMetric(float64(usec)/float64(b.N)/float64(len(req.Keys)), "redis-µs/key")
+			})
+		}
+	}
+}

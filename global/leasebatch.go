@@ -26,6 +26,20 @@ import (
 // Redis at a few nodes a key. See docs/redis.md for the measurements.
 var batchKeys = 64
 
+// A key's lease costs Redis about 20 µs, and 0.5 µs more for each
+// field of its state hash, six for each node recorded on the key (3.5
+// ms for a key of 1,000 nodes; BenchmarkLeaseNodes). So a lease batch
+// counts its work in fields read, keyWork for each key beside its hash's
+// fields, and starts no key once it has done batchWork: 64 keys of one
+// node, about 1 ms. The keys it did not start are left unanswered and
+// untouched, and Sync sends them in another call: a call runs at least
+// one key, and at most about 1 ms of Redis beyond the last one it
+// starts.
+const (
+	keyWork   = 35
+	batchWork = 2600
+)
+
 // leaseArgs is how many of the lease batch's ARGV each key takes.
 const leaseArgs = 10
 
@@ -39,8 +53,10 @@ const leaseArgs = 10
 // (0 for a shard, which reserves nothing for a silent node). Redis's
 // TIME is read once, for every key.
 //
-// It returns one reply per key, in order: its lease's (see leaseFns),
-// or an error reply of its own. A key whose state is corrupt, or that
+// It returns one reply per key it ran, in order: its lease's (see
+// leaseFns), or an error reply of its own. Once its work reaches
+// batchWork it runs no more keys (see keyWork): the reply is shorter,
+// and the keys left out are untouched. A key whose state is corrupt, or that
 // a command refuses, fails alone: its lease runs under pcall, and its
 // error is its reply. (Lua scripts are not transactions: what a failed
 // key's lease wrote before its error stays, as it did when each key had
@@ -51,6 +67,7 @@ local steps, none = stepsOf(5), {}
 local at = 6 + #steps
 local out = {}
 for i = 1, #KEYS / 2 do
+  if (i - 1) * ` + strconv.Itoa(keyWork) + ` + scanned >= ` + strconv.Itoa(batchWork) + ` then break end
   local lease, st = leaseTokenBucket, steps
   if ARGV[at] == '1' then lease = leaseSlidingWindow end
   if ARGV[at + 9] == '0' then st = none end
@@ -99,95 +116,91 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 		items = append(items, it)
 	}
 	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == Equal)}, fallbackArgs(req.Fallback)...)
-	groups := r.groups(items, r.crossSlot.Load())
-	calls := make([]scriptCall, len(groups))
-	for j, g := range groups {
-		calls[j] = batchCall(head, items, g)
+	pending := make([]int, len(items))
+	for i := range pending {
+		pending[i] = i
 	}
-	results, err := r.run(ctx, calls)
-	if err != nil {
-		return nil, err
-	}
-	var again []int
-	for j, res := range results {
-		if res.err != nil && redis.HasErrorPrefix(res.err, "CROSSSLOT") && len(groups[j]) > 1 {
-			again = append(again, groups[j]...)
-			continue
-		}
-		r.grants(req, items, groups[j], res, resp)
-	}
-	if len(again) > 0 {
-		// A plain client on a Redis in Cluster mode, which refused keys of
-		// several slots in one call without running it: from now on,
-		// every call carries keys of one slot.
-		r.crossSlot.Store(true)
-		sub := make([]leaseItem, len(again))
-		for k, i := range again {
-			sub[k] = items[i]
-		}
-		groups := r.groups(sub, true)
+	bySlot := r.crossSlot.Load()
+	for pass := 0; len(pending) > 0; pass++ {
+		groups := r.groups(items, pending, bySlot)
 		calls := make([]scriptCall, len(groups))
 		for j, g := range groups {
-			calls[j] = batchCall(head, sub, g)
+			calls[j] = batchCall(head, items, g)
 		}
 		results, err := r.run(ctx, calls)
+		if err != nil && pass == 0 {
+			return nil, err
+		}
+		var next []int
 		for j, g := range groups {
 			res := callResult{err: err}
 			if err == nil {
 				res = results[j]
 			}
-			r.grants(req, sub, g, res, resp)
+			if res.err != nil && len(g) > 1 && !bySlot && redis.HasErrorPrefix(res.err, "CROSSSLOT") {
+				// A plain client on a Redis in Cluster mode, which
+				// refused keys of several slots in one call without
+				// running it: from now on, every call carries keys of
+				// one slot.
+				r.crossSlot.Store(true)
+				next = append(next, g...)
+				continue
+			}
+			for k, i := range g {
+				if res.err == nil && k >= len(res.items) { // not run: over the batch's work
+					next = append(next, i)
+					continue
+				}
+				r.grant(req, &items[i], res, k, resp)
+			}
 		}
+		bySlot = r.crossSlot.Load()
+		pending = next
 	}
 	return resp, nil
 }
 
-// grants sets in resp the grants of the keys g of items, whose call
+// grant sets in resp the grant of it, the k-th key of a call that
 // answered res.
-func (r *Redis) grants(req *Request, items []leaseItem, g []int, res callResult, resp *Response) {
-	for k, i := range g {
-		it := &items[i]
-		gr := &resp.Grants[it.i]
-		switch {
-		case res.err != nil:
-			gr.Err = res.err
-		case res.items[k].err != nil:
-			gr.Err = res.items[k].err
-		default:
-			*gr, gr.Err = r.grantOf(req.Keys[it.i], res.items[k].vals)
-		}
+func (r *Redis) grant(req *Request, it *leaseItem, res callResult, k int, resp *Response) {
+	g := &resp.Grants[it.i]
+	switch {
+	case res.err != nil:
+		g.Err = res.err
+	case res.items[k].err != nil:
+		g.Err = res.items[k].err
+	default:
+		*g, g.Err = r.grantOf(req.Keys[it.i], res.items[k].vals)
 	}
 }
 
-// groups splits items into the keys of each lease batch, as indices of
-// items, by where the client runs a call (see Sync): any keys together
-// on a single Redis, unless bySlot; keys of one slot on a Cluster; one
-// key a call on any other client. No batch carries more than batchKeys.
-func (r *Redis) groups(items []leaseItem, bySlot bool) [][]int {
+// groups splits the keys pending, indices of items, into lease batches
+// by where the client runs a call (see Sync): any keys together on a
+// single Redis, unless bySlot; keys of one slot on a Cluster; one key a
+// call on any other client. No batch carries more than batchKeys.
+func (r *Redis) groups(items []leaseItem, pending []int, bySlot bool) [][]int {
 	var out [][]int
 	switch r.cfg.Client.(type) {
 	case *redis.ClusterClient:
 		bySlot = true
 	case *redis.Client:
 	default:
-		for i := range items {
+		for _, i := range pending {
 			out = append(out, []int{i})
 		}
 		return out
 	}
 	if !bySlot {
-		for i := 0; i < len(items); i += batchKeys {
-			g := make([]int, 0, min(batchKeys, len(items)-i))
-			for k := i; k < min(i+batchKeys, len(items)); k++ {
-				g = append(g, k)
-			}
-			out = append(out, g)
+		for len(pending) > 0 {
+			n := min(batchKeys, len(pending))
+			out = append(out, pending[:n:n])
+			pending = pending[n:]
 		}
 		return out
 	}
 	open := map[int]int{} // slot -> its batch in out still open
-	for i, it := range items {
-		slot := redisslot.Of(it.base)
+	for _, i := range pending {
+		slot := redisslot.Of(items[i].base)
 		j, ok := open[slot]
 		if !ok || len(out[j]) == batchKeys {
 			j = len(out)

@@ -143,3 +143,49 @@ func TestLeaseBatchPlainClientOnClusterMode(t *testing.T) {
 	}
 	assert.Equal(t, int64(20), scriptCalls(t, m), "one slot a call, and no call refused")
 }
+
+// TestLeaseBatchWorkBudget syncs 64 keys whose state records 100 other
+// live nodes each: a key's lease then reads some 400 fields, and a call
+// that ran them all would hold Redis for many milliseconds. Each call
+// stops once its work is done (about 1 ms), and Sync sends the rest in
+// further calls: every key is granted, in more calls than one.
+func TestLeaseBatchWorkBudget(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := s.Client(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	lim := global.Limit{Limit: 1_000_000, Window: time.Minute}
+	req := &global.Request{Node: "n", Interval: time.Second}
+	now := redisNow(t, c).UnixMicro()
+	pipe := c.Pipeline()
+	for i := range 64 {
+		key := fmt.Sprint("k", i)
+		req.Keys = append(req.Keys, global.Usage{Key: key, Limit: lim, Demand: 10})
+		fields := []any{}
+		for n := range 100 {
+			o := fmt.Sprint("other-", n)
+			fields = append(fields, "s:"+o, now, "d:"+o, 1, "l:"+o, 0, "g:"+o, now)
+		}
+		pipe.HSet(ctx, global.RedisKeyForTest("hl:", key, "lease"), fields...)
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	_, err = r.Sync(ctx, oneKey("warm")) // the script is loaded
+	require.NoError(t, err)
+
+	s.ResetStats(t)
+	resp, err := r.Sync(ctx, req)
+	require.NoError(t, err)
+	for i, g := range resp.Grants {
+		if assert.NoError(t, g.Err, "key %d", i) {
+			assert.Equal(t, 101, g.Nodes, "key %d", i)
+			assert.Positive(t, g.Lease, "key %d", i)
+		}
+	}
+	calls := scriptCalls(t, s)
+	usec := s.CommandTimes(t)["evalsha"]
+	t.Logf("64 keys of 101 nodes: %d script calls, %d µs of Redis each", calls, usec/max(calls, 1))
+	assert.GreaterOrEqual(t, calls, int64(8), "calls bounded by their work")
+	assert.Less(t, calls, int64(64), "more than one key a call")
+}

@@ -10,10 +10,15 @@ package global
 // active; its fields are kept for keep µs more (a window, at most 100
 // intervals), so that a node back from a partition settles the lease it
 // held instead of having it charged twice, and then forgotten.
+// scanned counts the fields it has read, for the lease batch's work
+// budget (see leaseBatch).
 // It follows storedNum.
 const leaseCommon = `
+local scanned = 0
+
 local function nodes(key, node, now, stale, keep, demand, horizon)
   local all = redis.call('HGETALL', key)
+  scanned = scanned + #all / 2
   local h = {}
   for i = 1, #all, 2 do h[all[i]] = all[i + 1] end
   local total, count, out, silent = demand, 1, 0, {}

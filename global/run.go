@@ -217,17 +217,17 @@ func (c scriptCall) name() string {
 	return fmt.Sprintf("%q", c.keys)
 }
 
-// batchOf reads batch call c's reply v from addr: a list of c.batch
-// replies, each c.reply integers or an error of its own key's (see
-// leaseBatch). The call is down if every key's reply says Redis takes
-// no calls now.
+// batchOf reads batch call c's reply v from addr: a list of replies to
+// its first keys, one to c.batch of them, each c.reply integers or an
+// error of its own key's (see leaseBatch); items holds as many. The call
+// is down if every key's reply says Redis takes no calls now.
 func (r *Redis) batchOf(addr string, c scriptCall, v any) callResult {
 	list, ok := v.([]any)
-	if !ok || len(list) != c.batch {
-		err := fmt.Errorf("%w: Redis %s, keys %s: the script answered %T of %d replies; want %d", ErrCorrupt, addr, c.name(), v, len(list), c.batch)
+	if !ok || len(list) < 1 || len(list) > c.batch {
+		err := fmt.Errorf("%w: Redis %s, keys %s: the script answered %T of %d replies; want 1 to %d", ErrCorrupt, addr, c.name(), v, len(list), c.batch)
 		return callResult{err: err}
 	}
-	out := callResult{items: make([]callResult, c.batch), down: true}
+	out := callResult{items: make([]callResult, len(list)), down: true}
 	for k, x := range list {
 		it := &out.items[k]
 		if err, ok := x.(error); ok {
