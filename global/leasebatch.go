@@ -22,22 +22,23 @@ import (
 // calls one key. A Ring, or any other client, places keys by their own
 // hashing: one key a call.
 
-// batchKeys is the most keys one lease batch carries: about 1 ms of
-// Redis at a few nodes a key. See docs/redis.md for the measurements.
-var batchKeys = 64
+// batchKeys is the most keys one lease batch carries, whatever their
+// work (see batchWork). See docs/redis.md for the measurements.
+var batchKeys = 48
 
-// A key's lease costs Redis about 20 µs, and 0.5 µs more for each
-// field of its state hash, six for each node recorded on the key (3.5
-// ms for a key of 1,000 nodes; BenchmarkLeaseNodes). So a lease batch
-// counts its work in fields read, keyWork for each key beside its hash's
-// fields, and starts no key once it has done batchWork: 64 keys of one
-// node, about 1 ms. The keys it did not start are left unanswered and
+// A key's lease costs Redis some 12-20 µs, and 0.6-0.75 µs more for each
+// field of its state hash, six for each node recorded on the key
+// (BenchmarkLeaseNodes: 24 µs at 1 node, 53 µs at 11, 350-380 µs at 101,
+// 4.5 ms at 1,001). So a lease batch counts its work in fields read,
+// keyWork for each key beside its hash's fields, and starts no key once
+// it has done batchWork: batchKeys keys of up to three nodes each fit
+// (about 1 ms at one node), and a call of heavier keys stops after
+// about 1.5-1.8 ms. The keys it did not start are left unanswered and
 // untouched, and Sync sends them in another call: a call runs at least
-// one key, and at most about 1 ms of Redis beyond the last one it
-// starts.
+// one key, and starts none past batchWork.
 const (
-	keyWork   = 35
-	batchWork = 2600
+	keyWork   = 30
+	batchWork = 2400
 )
 
 // leaseArgs is how many of the lease batch's ARGV each key takes.
