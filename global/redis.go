@@ -46,7 +46,9 @@ type RedisConfig struct {
 
 // Redis is a Syncer backed by Redis, and the strict per-request limiter.
 // One Sync is one pipelined round trip per Redis node, however many keys
-// it carries.
+// it carries, and one script call for many keys (see leaseBatch); keys
+// whose state records many nodes may take more round trips, so that no
+// call holds Redis for long.
 //
 // A Redis is safe for concurrent use.
 type Redis struct {

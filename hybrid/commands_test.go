@@ -18,7 +18,7 @@ import (
 // Intervals, and counts what Redis ran, by INFO commandstats: script
 // calls and commands (those inside scripts included) per decision. One
 // script call per key and sync made it 1.0 script call and 8.0 commands
-// a decision; a script call carries up to 64 keys now: 0.016 and 6.0.
+// a decision; a script call carries up to 48 keys now: 0.021 and 6.0.
 // (The commands inside the scripts are still run for every key, every
 // sync.) Counts, not times: the rounds are driven here (ManualSync), so
 // a loaded machine changes nothing but how long the test takes.
