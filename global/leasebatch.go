@@ -57,11 +57,11 @@ const leaseArgs = 10
 // It returns one reply per key it ran, in order: its lease's (see
 // leaseFns), or an error reply of its own. Once its work reaches
 // batchWork it runs no more keys (see keyWork): the reply is shorter,
-// and the keys left out are untouched. A key whose state is corrupt, or that
-// a command refuses, fails alone: its lease runs under pcall, and its
-// error is its reply. (Lua scripts are not transactions: what a failed
-// key's lease wrote before its error stays, as it did when each key had
-// a script of its own.)
+// and the keys left out are untouched. A key whose state is corrupt, or
+// that a command refuses, fails alone: its lease runs under pcall, and
+// its error is its reply. (Lua scripts are not transactions: what a
+// failed key's lease wrote before its error stays, as it did when each
+// key had a script of its own.)
 var leaseBatch = redis.NewScript(storedNum + leaseCommon + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
 local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local steps, none = stepsOf(5), {}
