@@ -3,9 +3,14 @@ package global_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -13,32 +18,80 @@ import (
 
 // BenchmarkSync is one node's sync of N active keys against real Redis on
 // loopback. rtt/sync counts the pipelines sent: it must stay 1 however
-// many keys there are.
+// many keys there are. Redis's own counts come beside it: script calls
+// (evalsha) and commands (inside scripts too) per key, and Redis's CPU
+// per key and per sync (INFO cpu), and how long Redis spends in one
+// script call (commandstats).
+//
+//	go test -run '^$' -bench 'Sync$' -benchtime 20x ./global/
 func BenchmarkSync(b *testing.B) {
 	s := redistest.StartServer(b)
 	c := s.DeadlineClient(b)
 	counter := &pipelineCounter{byNode: map[string]int{}}
 	c.AddHook(counter.hook(s.Addr))
-	r := newSyncer(b, c)
+	// 100,000 keys take seconds a round unbatched.
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 30 * time.Second})
+	require.NoError(b, err)
 	lim := global.Limit{Limit: 1_000_000, Window: time.Second}
-	for _, n := range []int{1, 100, 10000} {
+	keyCounts := []int{1, 100, 1000, 10_000, 100_000}
+	if v := os.Getenv("SYNC_BENCH_KEYS"); v != "" { // e.g. 1000,10000
+		keyCounts = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			require.NoError(b, err)
+			keyCounts = append(keyCounts, n)
+		}
+	}
+	if v := os.Getenv("SYNC_BENCH_BATCH"); v != "" { // keys a script call carries
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err)
+		old := global.SetBatchKeysForTest(n)
+		b.Cleanup(func() { global.SetBatchKeysForTest(old) })
+	}
+	for _, n := range keyCounts {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			req := &global.Request{Node: "bench", Interval: 100 * time.Millisecond}
 			for i := range n {
 				req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("k", i), Limit: lim, Consumed: 3, Demand: 3})
 			}
+			// The keys' state exists, as in a steady round; the script
+			// is loaded first, by one key's call, so that a fresh Redis's
+			// NOSCRIPT does not send the script's text once per call.
+			_, err := r.Sync(context.Background(), &global.Request{Node: req.Node, Interval: req.Interval, Keys: req.Keys[:1]})
+			require.NoError(b, err)
+			_, err = r.Sync(context.Background(), req)
+			require.NoError(b, err)
 			counter.reset()
+			s.ResetStats(b)
+			cpu := s.CPU(b)
 			for b.Loop() {
-				if _, err := r.Sync(context.Background(), req); err != nil {
+				resp, err := r.Sync(context.Background(), req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := resp.Grants[n-1].Err; err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpu = s.CPU(b) - cpu
 			trips := 0
 			for _, v := range counter.reset() {
 				trips += v
 			}
+			cmds, usec := s.Commands(b), s.CommandTimes(b)
+			total := int64(0)
+			for _, v := range cmds {
+				total += v
+			}
+			keys := float64(n) * float64(b.N)
+			scripts := float64(cmds["evalsha"] + cmds["eval"])
+			b.ReportMetric(float64(usec["evalsha"]+usec["eval"])/max(scripts, 1), "µs/script")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N)/1000, "redis-cpu-ms/sync")
 			b.ReportMetric(float64(trips)/float64(b.N), "rtt/sync")
 			b.ReportMetric(float64(n), "keys/sync")
+			b.ReportMetric(scripts/keys, "scripts/key")
+			b.ReportMetric(float64(total)/keys, "cmds/key")
+			b.ReportMetric(float64(cpu.Microseconds())/keys, "redis-cpu-µs/key")
 		})
 	}
 }
@@ -61,4 +114,82 @@ func BenchmarkStrictAllow(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkSyncCluster is BenchmarkSync on a 3-master Redis Cluster,
+// where a script call carries only keys of one hash slot: scripts/key
+// says how many calls that leaves, summed over the masters.
+func BenchmarkSyncCluster(b *testing.B) {
+	cl := redistest.StartCluster(b, 3)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: cl.DeadlineClient(b), Timeout: 30 * time.Second})
+	require.NoError(b, err)
+	lim := global.Limit{Limit: 1_000_000, Window: time.Second}
+	for _, n := range []int{1000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			req := &global.Request{Node: "bench", Interval: 100 * time.Millisecond}
+			for i := range n {
+				req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("k", i), Limit: lim, Consumed: 3, Demand: 3})
+			}
+			_, err := r.Sync(context.Background(), req)
+			require.NoError(b, err)
+			for _, m := range cl.Masters {
+				m.ResetStats(b)
+			}
+			for b.Loop() {
+				if _, err := r.Sync(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			scripts := int64(0)
+			for _, m := range cl.Masters {
+				c := m.Commands(b)
+				scripts += c["evalsha"] + c["eval"]
+			}
+			b.ReportMetric(float64(scripts)/float64(n)/float64(b.N), "scripts/key")
+		})
+	}
+}
+
+// BenchmarkLeaseNodes is the Redis time of one key's lease, by the
+// nodes recorded on the key (each with its six fields), in calls of one
+// key and of 16 (commandstats: Redis's own time in the script).
+func BenchmarkLeaseNodes(b *testing.B) {
+	s := redistest.StartServer(b)
+	c := s.Client(b)
+	r := newSyncer(b, s.DeadlineClient(b))
+	ctx := context.Background()
+	lim := global.Limit{Limit: 1_000_000, Window: time.Minute}
+	for _, others := range []int{0, 10, 100, 1000} {
+		req := &global.Request{Node: "n", Interval: time.Second}
+		now := redisNow(b, c).UnixMicro()
+		pipe := c.Pipeline()
+		for i := range 16 {
+			key := fmt.Sprint("nodes-", others, "-", i)
+			req.Keys = append(req.Keys, global.Usage{Key: key, Limit: lim, Demand: 10, Consumed: 1, Series: 5, Total: int64(i)})
+			fields := []any{"pad", 1}
+			for n := range others {
+				o := fmt.Sprint("other-", n)
+				fields = append(fields, "s:"+o, now, "d:"+o, 1, "l:"+o, 0, "g:"+o, now, "k:"+o, 3, "c:"+o, 5)
+			}
+			pipe.HSet(ctx, global.RedisKeyForTest("hl:", key, "lease"), fields...)
+		}
+		_, err := pipe.Exec(ctx)
+		require.NoError(b, err)
+		_, err = r.Sync(ctx, req)
+		require.NoError(b, err)
+		for _, batch := range []int{1, 16} {
+			b.Run(fmt.Sprintf("nodes=%d/batch=%d", others+1, batch), func(b *testing.B) {
+				old := global.SetBatchKeysForTest(batch)
+				defer global.SetBatchKeysForTest(old)
+				s.ResetStats(b)
+				for b.Loop() {
+					if _, err := r.Sync(ctx, req); err != nil {
+						b.Fatal(err)
+					}
+				}
+				usec := s.CommandTimes(b)["evalsha"]
+				b.ReportMetric(float64(usec)/float64(b.N)/float64(len(req.Keys)), "redis-µs/key")
+			})
+		}
+	}
 }

@@ -12,3 +12,11 @@ func RedisShardKeyForTest(prefix, key string, shard Shard, suffix string) string
 	k, _ := r.redisKey(key, shard, suffix)
 	return k
 }
+
+// SetBatchKeysForTest sets the most keys a lease batch carries, for a
+// measurement, and returns the old value.
+func SetBatchKeysForTest(n int) int {
+	old := batchKeys
+	batchKeys = n
+	return old
+}

@@ -23,7 +23,7 @@ func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time
 	if err != nil {
 		return 0, err
 	}
-	v, err := r.runOne(ctx, scriptCall{markShards, []string{marker}, []any{shards, ttl.Milliseconds()}, 1})
+	v, err := r.runOne(ctx, scriptCall{markShards, []string{marker}, []any{shards, ttl.Milliseconds()}, 1, 0})
 	if err != nil {
 		return 0, err
 	}
@@ -90,7 +90,7 @@ func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl
 		return 0, 0, err
 	}
 	keep := (2*limit.Window + 2*ttl).Milliseconds() + 1
-	v, err := r.runOne(ctx, scriptCall{markLease, []string{marker}, []any{shards, micros(ttl), keep}, 2})
+	v, err := r.runOne(ctx, scriptCall{markLease, []string{marker}, []any{shards, micros(ttl), keep}, 2, 0})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -105,7 +105,7 @@ func (r *Redis) LeaseShardMark(ctx context.Context, key string) (shards int, lef
 	if err != nil {
 		return 0, 0, err
 	}
-	v, err := r.runOne(ctx, scriptCall{readLeaseMark, []string{marker}, nil, 2})
+	v, err := r.runOne(ctx, scriptCall{readLeaseMark, []string{marker}, nil, 2, 0})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -121,7 +121,7 @@ func (r *Redis) EndLeaseShards(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	v, err := r.runOne(ctx, scriptCall{endLeaseMark, []string{marker}, nil, 1})
+	v, err := r.runOne(ctx, scriptCall{endLeaseMark, []string{marker}, nil, 1, 0})
 	if err != nil {
 		return false, err
 	}
@@ -210,7 +210,7 @@ func (r *Redis) leaseStateCalls(script *redis.Script, key string, shards []Shard
 		if err != nil {
 			return nil, err
 		}
-		calls = append(calls, scriptCall{script, []string{k}, []any{sw, limit.Limit, window, limit.burst(), n, ttl, stale}, 1})
+		calls = append(calls, scriptCall{script, []string{k}, []any{sw, limit.Limit, window, limit.burst(), n, ttl, stale}, 1, 0})
 	}
 	return calls, nil
 }

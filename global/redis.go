@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // Defaults for the zero fields of a RedisConfig.
@@ -47,12 +46,19 @@ type RedisConfig struct {
 
 // Redis is a Syncer backed by Redis, and the strict per-request limiter.
 // One Sync is one pipelined round trip per Redis node, however many keys
-// it carries.
+// it carries, and one script call for many keys (see leaseBatch); keys
+// whose state records many nodes may take more round trips, so that no
+// call holds Redis for long.
 //
 // A Redis is safe for concurrent use.
 type Redis struct {
 	cfg  RedisConfig
 	addr string // for errors
+
+	// crossSlot is set once Redis refused keys of several hash slots in
+	// one call (CROSSSLOT) on a client that is not a Cluster's: a Redis
+	// in Cluster mode. Every call then carries keys of one slot.
+	crossSlot atomic.Bool
 }
 
 var _ Syncer = (*Redis)(nil)
@@ -178,9 +184,9 @@ func (r *Redis) keyBase(key string, shard Shard) (string, error) {
 // keyBase is key's.
 func strictCall(base string, limit Limit, n int64, gcra, sw *redis.Script, reply int) scriptCall {
 	if limit.Algorithm == TokenBucket {
-		return scriptCall{gcra, []string{base + "gcra"}, []any{limit.Limit, micros(limit.Window), limit.burst(), n}, reply}
+		return scriptCall{gcra, []string{base + "gcra"}, []any{limit.Limit, micros(limit.Window), limit.burst(), n}, reply, 0}
 	}
-	return scriptCall{sw, []string{base + "sw"}, []any{limit.Limit, micros(limit.Window), n}, reply}
+	return scriptCall{sw, []string{base + "sw"}, []any{limit.Limit, micros(limit.Window), n}, reply, 0}
 }
 
 // writeTag writes key as a hash tag: the characters that would end or
@@ -205,113 +211,6 @@ func writeTag(b *strings.Builder, key string) {
 			b.WriteByte(c)
 		}
 	}
-}
-
-// Sync reports req's usage and leases each key's next tokens, in one
-// pipelined round trip per Redis node.
-func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
-	if err := req.Validate(); err != nil {
-		return nil, err
-	}
-	if req.Node == "" { // the node's lease and demand are kept under its name
-		return nil, fmt.Errorf("%w: Request.Node is empty", ErrInvalid)
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	defer cancel()
-
-	resp := &Response{Grants: make([]Grant, len(req.Keys))}
-	calls := make([]scriptCall, 0, len(req.Keys))
-	idx := make([]int, 0, len(req.Keys))
-	interval := micros(req.Interval)
-	steps := fallbackArgs(req.Fallback)
-	for i, u := range req.Keys {
-		call, err := r.leaseCall(req.Node, interval, req.Shares == Equal, steps, u)
-		if err != nil {
-			resp.Grants[i].Err = err
-			continue
-		}
-		calls = append(calls, call)
-		idx = append(idx, i)
-	}
-	results, err := r.run(ctx, calls)
-	if err != nil {
-		return nil, err
-	}
-	for j, res := range results {
-		g := &resp.Grants[idx[j]]
-		if g.Err = res.err; g.Err == nil {
-			*g, g.Err = r.grantOf(req.Keys[idx[j]], res.vals)
-		}
-	}
-	return resp, nil
-}
-
-// leaseCall is the lease script's call for u. Consumed and Demand are
-// counted up to MaxLimit, which the scripts keep exact.
-func (r *Redis) leaseCall(node string, interval int64, equal bool, steps []any, u Usage) (scriptCall, error) {
-	if err := u.Limit.Validate(); err != nil {
-		return scriptCall{}, fmt.Errorf("%w: key %q: %v", ErrInvalid, u.Key, err)
-	}
-	if u.Consumed < 0 || u.Demand < 0 || u.Total < 0 {
-		return scriptCall{}, fmt.Errorf("%w: key %q: Consumed, Demand and Total must not be negative", ErrInvalid, u.Key)
-	}
-	if u.Series > MaxLimit || u.Total > MaxLimit {
-		return scriptCall{}, fmt.Errorf("%w: key %q: Series %d and Total %d must be at most MaxLimit (%d): start a new Series", ErrInvalid, u.Key, u.Series, u.Total, int64(MaxLimit))
-	}
-	base, err := r.keyBase(u.Key, u.Shard)
-	if err != nil {
-		return scriptCall{}, err
-	}
-	if u.Shard != (Shard{}) {
-		// A node goes quiet on a shard when it leases from another:
-		// only silence on the key itself is a partition.
-		steps = noSteps
-	}
-	window := micros(u.Limit.Window)
-	script := leaseTokenBucket
-	if u.Limit.Algorithm == SlidingWindow {
-		script = leaseSlidingWindow
-	}
-	// The state outlives a full refill and a few intervals.
-	stale := staleAfter(interval)
-	ttl := (2*window+10*interval)/1000 + 1
-	return scriptCall{
-		script: script,
-		keys:   []string{base + "lease", base + "lshards"},
-		args: append([]any{node, u.Limit.Limit, window, u.Limit.burst(), min(u.Consumed, MaxLimit), min(u.Demand, MaxLimit),
-			interval, stale, ttl, equalArg(equal), u.Series, u.Total}, steps...),
-		reply: 10,
-	}, nil
-}
-
-// noSteps reserves nothing (fallbackArgs(nil)).
-var noSteps = []any{0}
-
-// fallbackArgs is steps as the lease scripts read them (stepsOf): the
-// number of finite steps, then each one's until (µs) and factor. The
-// last step, if it lasts for ever, is left out.
-func fallbackArgs(steps []partition.Step) []any {
-	if n := len(steps); n > 0 && steps[n-1].Until == 0 {
-		steps = steps[:n-1]
-	}
-	args := make([]any, 0, 1+2*len(steps))
-	args = append(args, len(steps))
-	for _, st := range steps {
-		args = append(args, micros(st.Until), st.Factor)
-	}
-	return args
-}
-
-// staleAfter is how long, in microseconds, a node that syncs every
-// interval microseconds may go unheard before it stops counting as
-// active and its lease is forgotten: three intervals.
-func staleAfter(interval int64) int64 { return 3 * interval }
-
-func equalArg(equal bool) string {
-	if equal {
-		return "1"
-	}
-	return "0"
 }
 
 func micros(d time.Duration) int64 { return max(int64(d/time.Microsecond), 1) }

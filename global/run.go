@@ -14,18 +14,23 @@ import (
 )
 
 // scriptCall is one script to run on keys with args, and how many
-// numbers its reply holds.
+// numbers its reply holds; or, for a batch of keys (see leaseBatch),
+// how many numbers each key's reply holds, batch being how many keys.
 type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
 	reply  int
+	batch  int // keys in a batch; 0 for a call of one reply
 }
 
+// callResult is a call's outcome: its numbers, or, for a batch, each
+// key's outcome in items; or the call's error, every key's.
 type callResult struct {
-	vals []int64
-	err  error
-	down bool // err isUnreachable: the call had no answer
+	vals  []int64
+	items []callResult
+	err   error
+	down  bool // err isUnreachable: the call had no answer; a batch's every key had none
 }
 
 // runOne runs one call within the configured timeout.
@@ -88,6 +93,9 @@ func (r *Redis) run(ctx context.Context, calls []scriptCall) ([]callResult, erro
 		}
 		if first == nil {
 			first = c.err
+			if first == nil { // a batch whose every key had no answer
+				first = c.items[0].err
+			}
 		}
 	}
 	return nil, first
@@ -167,18 +175,14 @@ func (r *Redis) pipeline(ctx context.Context, c interface{ Pipeline() redis.Pipe
 			err := cmds[j].Err()
 			out[i] = callResult{}
 			switch {
+			case err == nil && calls[i].batch > 0:
+				out[i] = r.batchOf(addr, calls[i], cmds[j].Val())
 			case err == nil:
 				out[i].vals, out[i].err = r.int64s(calls[i], cmds[j].Val())
 			case redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0:
 				retry = append(retry, i)
-			case isUnreachable(err):
-				out[i].err, out[i].down = r.unreachable(addr, err), true
-			case redis.HasErrorPrefix(err, "CORRUPT ") || redis.HasErrorPrefix(err, "WRONGTYPE "):
-				// A script found what no script wrote, or the key holds
-				// another type: the store's state, not the request.
-				out[i].err = fmt.Errorf("%w: Redis %s, keys %q: %w", ErrCorrupt, addr, calls[i].keys, err)
 			default:
-				out[i].err = fmt.Errorf("%w: Redis %s, keys %q: %w", ErrInvalid, addr, calls[i].keys, err)
+				out[i] = r.failed(addr, calls[i].name(), err)
 			}
 		}
 		if len(retry) == 0 {
@@ -186,6 +190,54 @@ func (r *Redis) pipeline(ctx context.Context, c interface{ Pipeline() redis.Pipe
 		}
 		pending = retry
 	}
+}
+
+// failed is the outcome of a call, named name, to addr that failed
+// with err: an outage (see isUnreachable), the store's state, or a
+// mistake in the call.
+func (r *Redis) failed(addr, name string, err error) callResult {
+	switch {
+	case isUnreachable(err):
+		return callResult{err: r.unreachable(addr, err), down: true}
+	case redis.HasErrorPrefix(err, "CORRUPT ") || redis.HasErrorPrefix(err, "WRONGTYPE "):
+		// A script found what no script wrote, or the key holds
+		// another type: the store's state, not the request.
+		return callResult{err: fmt.Errorf("%w: Redis %s, keys %s: %w", ErrCorrupt, addr, name, err)}
+	default:
+		return callResult{err: fmt.Errorf("%w: Redis %s, keys %s: %w", ErrInvalid, addr, name, err)}
+	}
+}
+
+// name names c's keys, for errors: all of them, or a batch's first
+// key's and how many more.
+func (c scriptCall) name() string {
+	if c.batch > 1 {
+		return fmt.Sprintf("%q and %d more", c.keys[:2], len(c.keys)-2)
+	}
+	return fmt.Sprintf("%q", c.keys)
+}
+
+// batchOf reads batch call c's reply v from addr: a list of replies to
+// its first keys, one to c.batch of them, each c.reply integers or an
+// error of its own key's (see leaseBatch); items holds as many. The call
+// is down if every key's reply says Redis takes no calls now.
+func (r *Redis) batchOf(addr string, c scriptCall, v any) callResult {
+	list, ok := v.([]any)
+	if !ok || len(list) < 1 || len(list) > c.batch {
+		err := fmt.Errorf("%w: Redis %s, keys %s: the script answered %T of %d replies; want 1 to %d", ErrCorrupt, addr, c.name(), v, len(list), c.batch)
+		return callResult{err: err}
+	}
+	out := callResult{items: make([]callResult, len(list)), down: true}
+	for k, x := range list {
+		it := &out.items[k]
+		if err, ok := x.(error); ok {
+			*it = r.failed(addr, fmt.Sprintf("%q", c.keys[2*k:2*k+2]), err)
+		} else {
+			it.vals, it.err = r.int64s(scriptCall{keys: c.keys[2*k : 2*k+2], reply: c.reply}, x)
+		}
+		out.down = out.down && it.down
+	}
+	return out
 }
 
 // int64s reads c's reply v: a list of c.reply integers.

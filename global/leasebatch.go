@@ -1,0 +1,291 @@
+package global
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/internal/redisslot"
+	"github.com/hybridlimit/hybridlimit/partition"
+)
+
+// Sync runs the leases of many keys in each script call: Redis pays a
+// command's dispatch, a script's setup and a TIME once per call, not per
+// key (BenchmarkSync: one call per key ran 7 commands and took 19 µs of
+// Redis's CPU a key). A script holds Redis for as long as it runs, so a
+// call carries at most batchKeys keys; and Redis Cluster runs a script
+// only on keys of one hash slot, so there a call carries keys of one
+// slot (each key's state shares its slot by its hash tag), and most
+// calls one key. A Ring, or any other client, places keys by their own
+// hashing: one key a call.
+
+// batchKeys is the most keys one lease batch carries, whatever their
+// work (see batchWork). See docs/redis.md for the measurements.
+var batchKeys = 48
+
+// A key's lease costs Redis some 12-20 µs, and 0.6-0.75 µs more for each
+// field of its state hash, six for each node recorded on the key
+// (BenchmarkLeaseNodes: 24 µs at 1 node, 53 µs at 11, 350-380 µs at 101,
+// 4.5 ms at 1,001). So a lease batch counts its work in fields read,
+// keyWork for each key beside its hash's fields, and starts no key once
+// it has done batchWork: batchKeys keys of up to three nodes each fit
+// (about 1 ms at one node), and a call of heavier keys stops after
+// about 1.5-1.8 ms. The keys it did not start are left unanswered and
+// untouched, and Sync sends them in another call: a call runs at least
+// one key, and starts none past batchWork.
+const (
+	keyWork   = 30
+	batchWork = 2400
+)
+
+// leaseArgs is how many of the lease batch's ARGV each key takes.
+const leaseArgs = 10
+
+// leaseBatch is the lease of many keys, in one script call. KEYS, in
+// pairs, are each key's state hash and lease mark. ARGV starts with what
+// the keys share: node, interval_us, stale_us, equal ("1": equal shares,
+// else demand-weighted), then the fallback steps (see stepsOf); then
+// leaseArgs numbers per key: its algorithm (1 sliding window, else
+// token bucket), limit, window_us, burst, consumed, demand, ttl_ms,
+// series, total (see once), and whether the fallback steps are the key's
+// (0 for a shard, which reserves nothing for a silent node). Redis's
+// TIME is read once, for every key.
+//
+// It returns one reply per key it ran, in order: its lease's (see
+// leaseFns), or an error reply of its own. Once its work reaches
+// batchWork it runs no more keys (see keyWork): the reply is shorter,
+// and the keys left out are untouched. A key whose state is corrupt, or
+// that a command refuses, fails alone: its lease runs under pcall, and
+// its error is its reply. (Lua scripts are not transactions: what a
+// failed key's lease wrote before its error stays, as it did when each
+// key had a script of its own.)
+var leaseBatch = redis.NewScript(storedNum + leaseCommon + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
+local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
+local steps, none = stepsOf(5), {}
+local at = 6 + #steps
+local out = {}
+for i = 1, #KEYS / 2 do
+  if (i - 1) * ` + strconv.Itoa(keyWork) + ` + scanned >= ` + strconv.Itoa(batchWork) + ` then break end
+  local lease, st = leaseTokenBucket, steps
+  if ARGV[at] == '1' then lease = leaseSlidingWindow end
+  if ARGV[at + 9] == '0' then st = none end
+  local ok, r = pcall(lease, KEYS[2 * i - 1], KEYS[2 * i], now, node, interval, stale, equal, st,
+    tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]),
+    tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]), tonumber(ARGV[at + 7]), tonumber(ARGV[at + 8]))
+  if not ok then
+    -- error() raises a string; a command Redis refuses, a table.
+    if type(r) == 'table' and r.err then r = {err = r.err} else r = {err = tostring(r)} end
+  end
+  out[i] = r
+  at = at + ` + strconv.Itoa(leaseArgs) + `
+end
+return out
+`)
+
+// leaseItem is one key's part of a lease batch.
+type leaseItem struct {
+	i    int    // its Usage's index in the Request
+	base string // keyBase
+	args [leaseArgs]any
+}
+
+// Sync reports req's usage and leases each key's next tokens, in one
+// pipelined round trip per Redis node, with many keys a script call.
+func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if req.Node == "" { // the node's lease and demand are kept under its name
+		return nil, fmt.Errorf("%w: Request.Node is empty", ErrInvalid)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+
+	resp := &Response{Grants: make([]Grant, len(req.Keys))}
+	interval := micros(req.Interval)
+	items := make([]leaseItem, 0, len(req.Keys))
+	for i, u := range req.Keys {
+		it, err := r.leaseItem(interval, u)
+		if err != nil {
+			resp.Grants[i].Err = err
+			continue
+		}
+		it.i = i
+		items = append(items, it)
+	}
+	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == Equal)}, fallbackArgs(req.Fallback)...)
+	pending := make([]int, len(items))
+	for i := range pending {
+		pending[i] = i
+	}
+	bySlot := r.crossSlot.Load()
+	for pass := 0; len(pending) > 0; pass++ {
+		groups := r.groups(items, pending, bySlot)
+		calls := make([]scriptCall, len(groups))
+		for j, g := range groups {
+			calls[j] = batchCall(head, items, g)
+		}
+		results, err := r.run(ctx, calls)
+		if err != nil && pass == 0 {
+			return nil, err
+		}
+		var next []int
+		for j, g := range groups {
+			res := callResult{err: err}
+			if err == nil {
+				res = results[j]
+			}
+			if res.err != nil && len(g) > 1 && !bySlot && redis.HasErrorPrefix(res.err, "CROSSSLOT") {
+				// A plain client on a Redis in Cluster mode, which
+				// refused keys of several slots in one call without
+				// running it: from now on, every call carries keys of
+				// one slot.
+				r.crossSlot.Store(true)
+				next = append(next, g...)
+				continue
+			}
+			for k, i := range g {
+				if res.err == nil && k >= len(res.items) { // not run: over the batch's work
+					next = append(next, i)
+					continue
+				}
+				r.grant(req, &items[i], res, k, resp)
+			}
+		}
+		bySlot = r.crossSlot.Load()
+		pending = next
+	}
+	return resp, nil
+}
+
+// grant sets in resp the grant of it, the k-th key of a call that
+// answered res.
+func (r *Redis) grant(req *Request, it *leaseItem, res callResult, k int, resp *Response) {
+	g := &resp.Grants[it.i]
+	switch {
+	case res.err != nil:
+		g.Err = res.err
+	case res.items[k].err != nil:
+		g.Err = res.items[k].err
+	default:
+		*g, g.Err = r.grantOf(req.Keys[it.i], res.items[k].vals)
+	}
+}
+
+// groups splits the keys pending, indices of items, into lease batches
+// by where the client runs a call (see Sync): any keys together on a
+// single Redis, unless bySlot; keys of one slot on a Cluster; one key a
+// call on any other client. No batch carries more than batchKeys.
+func (r *Redis) groups(items []leaseItem, pending []int, bySlot bool) [][]int {
+	var out [][]int
+	switch r.cfg.Client.(type) {
+	case *redis.ClusterClient:
+		bySlot = true
+	case *redis.Client:
+	default:
+		for _, i := range pending {
+			out = append(out, []int{i})
+		}
+		return out
+	}
+	if !bySlot {
+		for len(pending) > 0 {
+			n := min(batchKeys, len(pending))
+			out = append(out, pending[:n:n])
+			pending = pending[n:]
+		}
+		return out
+	}
+	open := map[int]int{} // slot -> its batch in out still open
+	for _, i := range pending {
+		slot := redisslot.Of(items[i].base)
+		j, ok := open[slot]
+		if !ok || len(out[j]) == batchKeys {
+			j = len(out)
+			open[slot] = j
+			out = append(out, make([]int, 0, 1))
+		}
+		out[j] = append(out[j], i)
+	}
+	return out
+}
+
+// batchCall is the lease batch's call for the keys g of items, after the
+// shared arguments head.
+func batchCall(head []any, items []leaseItem, g []int) scriptCall {
+	c := scriptCall{
+		script: leaseBatch,
+		keys:   make([]string, 0, 2*len(g)),
+		args:   slices.Grow(slices.Clip(head), leaseArgs*len(g)),
+		reply:  10,
+		batch:  len(g),
+	}
+	for _, i := range g {
+		it := &items[i]
+		c.keys = append(c.keys, it.base+"lease", it.base+"lshards")
+		c.args = append(c.args, it.args[:]...)
+	}
+	return c
+}
+
+// leaseItem is u's part of a lease batch but for its index. Consumed
+// and Demand are counted up to MaxLimit, which the scripts keep exact.
+func (r *Redis) leaseItem(interval int64, u Usage) (leaseItem, error) {
+	if err := u.Limit.Validate(); err != nil {
+		return leaseItem{}, fmt.Errorf("%w: key %q: %v", ErrInvalid, u.Key, err)
+	}
+	if u.Consumed < 0 || u.Demand < 0 || u.Total < 0 {
+		return leaseItem{}, fmt.Errorf("%w: key %q: Consumed, Demand and Total must not be negative", ErrInvalid, u.Key)
+	}
+	if u.Series > MaxLimit || u.Total > MaxLimit {
+		return leaseItem{}, fmt.Errorf("%w: key %q: Series %d and Total %d must be at most MaxLimit (%d): start a new Series", ErrInvalid, u.Key, u.Series, u.Total, int64(MaxLimit))
+	}
+	base, err := r.keyBase(u.Key, u.Shard)
+	if err != nil {
+		return leaseItem{}, err
+	}
+	alg, steps := 0, 1
+	if u.Limit.Algorithm == SlidingWindow {
+		alg = 1
+	}
+	if u.Shard != (Shard{}) {
+		// A node goes quiet on a shard when it leases from another:
+		// only silence on the key itself is a partition.
+		steps = 0
+	}
+	window := micros(u.Limit.Window)
+	// The state outlives a full refill and a few intervals.
+	ttl := (2*window+10*interval)/1000 + 1
+	return leaseItem{base: base, args: [leaseArgs]any{alg, u.Limit.Limit, window, u.Limit.burst(),
+		min(u.Consumed, MaxLimit), min(u.Demand, MaxLimit), ttl, u.Series, u.Total, steps}}, nil
+}
+
+// fallbackArgs is steps as the lease scripts read them (stepsOf): the
+// number of finite steps, then each one's until (µs) and factor. The
+// last step, if it lasts for ever, is left out.
+func fallbackArgs(steps []partition.Step) []any {
+	if n := len(steps); n > 0 && steps[n-1].Until == 0 {
+		steps = steps[:n-1]
+	}
+	args := make([]any, 0, 1+2*len(steps))
+	args = append(args, len(steps))
+	for _, st := range steps {
+		args = append(args, micros(st.Until), st.Factor)
+	}
+	return args
+}
+
+// staleAfter is how long, in microseconds, a node that syncs every
+// interval microseconds may go unheard before it stops counting as
+// active and its lease is forgotten: three intervals.
+func staleAfter(interval int64) int64 { return 3 * interval }
+
+func equalArg(equal bool) string {
+	if equal {
+		return "1"
+	}
+	return "0"
+}
