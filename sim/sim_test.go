@@ -62,12 +62,12 @@ func TestGossipOvershootGrowsWithInterval(t *testing.T) {
 	}
 }
 
-// TestOneNodeIsIdeal checks that a fleet of one token bucket matches the
-// ideal limiter fed the same arrivals within 0.5%. A sliding window falls
-// short by more, in the simulator as against real Redis (hybrid's
-// TestFleetAccuracy): its lease lapses at each window's edge, and a lease
-// cut short by what the window has left asks for no early refill, so the
-// node waits for its next regular sync. It is held to the same 90% here.
+// TestOneNodeIsIdeal checks that a fleet of one matches the ideal limiter
+// fed the same arrivals: a token bucket within 0.5%, a sliding window at
+// least 99% of the ideal and never above it. A sliding window's lease
+// lapses at each window's edge; what the previous window's weight frees
+// until then comes as a paced lease (see hybrid/pace.go), without which
+// one node admitted about 94% of the ideal.
 func TestOneNodeIsIdeal(t *testing.T) {
 	t.Parallel()
 	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
@@ -78,7 +78,7 @@ func TestOneNodeIsIdeal(t *testing.T) {
 		if alg == local.TokenBucket {
 			assert.InEpsilon(t, r.Ideal, r.Admitted, 0.005, "within 0.5%% of the ideal")
 		} else {
-			assert.GreaterOrEqual(t, float64(r.Admitted), 0.9*float64(r.Ideal))
+			assert.GreaterOrEqual(t, float64(r.Admitted), 0.99*float64(r.Ideal))
 			assert.LessOrEqual(t, r.Admitted, r.Ideal)
 		}
 	}
