@@ -279,8 +279,8 @@ func (r *Redis) leaseCall(node string, interval int64, equal bool, steps []any, 
 		script: script,
 		keys:   []string{base + "lease", base + "lshards"},
 		args: append([]any{node, u.Limit.Limit, window, u.Limit.burst(), min(u.Consumed, MaxLimit), min(u.Demand, MaxLimit),
-			interval, stale, ttl, equalArg(equal), u.Series, u.Total}, steps...),
-		reply: 10,
+			interval, stale, ttl, equalArg(equal), u.Series, u.Total, equalArg(u.Paced)}, steps...),
+		reply: 12,
 	}, nil
 }
 

@@ -268,16 +268,17 @@ end
 const leaseGuard = leaseMarkFn + `
 local marked, _, markLeft = leaseMark(KEYS[2], now)
 if marked then
-  return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft}
+  return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft, 0, 0}
 end
 `
 
 // leaseTokenBucket: KEYS[1] state hash, KEYS[2] the lease mark. ARGV:
 // node, limit, window_us, burst, consumed, demand, interval_us, stale_us,
 // ttl_ms, equal ("1": equal shares, else demand-weighted), series, total
-// (see once), then the fallback steps (see stepsOf).
+// (see once), paced (unused here: see leaseSlidingWindow), then the
+// fallback steps (see stepsOf).
 // Returns {lease, lease_ttl_us, used, remaining, nodes, weight*1e6,
-// reset_after_us, now_us, 0, 0}, or leaseGuard's answer.
+// reset_after_us, now_us, 0, 0, 0, 0}, or leaseGuard's answer.
 var leaseTokenBucket = redis.NewScript(storedNum + leaseCommon + slackOf + tokenRefill + redisNow + leaseGuard + `
 local key, node = KEYS[1], ARGV[1]
 local limit, window, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -290,7 +291,7 @@ local tokens = refill(stored(st[1], 'tokens', -huge) or burst, stored(st[2], 'ts
 local k = whole(st[5], 'k:' .. node, 1)
 local series, upto, behind
 consumed, series, upto, behind = once(consumed, tonumber(ARGV[11]), tonumber(ARGV[12]), k, whole(st[6], 'c:' .. node, 0))
-local steps = stepsOf(13)
+local steps = stepsOf(14)
 
 -- Back from silence: what was reserved for this node was charged as
 -- spent; what it reports is charged only beyond that. Nothing is given
@@ -351,13 +352,25 @@ local reset = 0
 if tokens < burst then reset = math.min(huge, math.ceil((burst - tokens) / rate)) end
 local remaining = math.floor(tokens)
 if remaining < 0 then remaining = 0 end
-return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now, 0, 0}
+return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now, 0, 0, 0, 0}
 `)
 
 // leaseSlidingWindow: KEYS as leaseTokenBucket. ARGV as leaseTokenBucket
-// (burst unused). The lease is counted in the current window when granted;
-// what a node hands back is subtracted from the window it was counted in,
-// if that window still weighs.
+// (burst and the steps unused). The lease is counted in the current window
+// when granted; what a node hands back is subtracted from the window it
+// was counted in, if that window still weighs.
+//
+// A node that can pace (ARGV[13] "1", see Usage.Paced) is also leased
+// ahead what the previous window's weight frees until two intervals on
+// (never past the window's edge, where the lease lapses): the grant is
+// sized against the estimate at that time, `to`, and what it holds beyond
+// the estimate now comes paced, released evenly until `to`. Both ends of
+// the node's spending stay within the limit (the lease now, the lease and
+// the paced part at `to`), and the estimate falls linearly between, so
+// the fleet stays within it at every moment; what the grant counts in
+// the window includes the paced part in full from the start, so no other
+// node is leased it twice. Returns as leaseTokenBucket, with
+// {..., paced, paced_for_us} last.
 var leaseSlidingWindow = redis.NewScript(storedNum + leaseCommon + slackOf + slidingRoll + redisNow + leaseGuard + `
 local key, node = KEYS[1], ARGV[1]
 local limit, window = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -394,18 +407,35 @@ if avail < 0 then avail = 0 end
 
 local total, count = nodes(key, node, now, stale, stale + math.min(window, 100 * interval), demand, nil)
 local weight = share(demand, total, count, equal)
-local lease = grantFrom(avail, demand, weight, limit, count, slackOf(limit, window, interval))
-cur = clampN(cur + lease)
+local most = slackOf(limit, window, interval)
+local lease = grantFrom(avail, demand, weight, limit, count, most)
+local paced, pacedFor = 0, 0
+if ARGV[13] == '1' and prevc > 0 then
+  local to = math.min(now + 2 * interval, (w + 1) * window)
+  local later = limit - estimate(cur, prevc, window, to - w * window)
+  if later > avail then
+    paced = grantFrom(later, demand, weight, limit, count, most) - lease
+    if paced > 0 then
+      -- Released no faster than the window frees it: by the time the
+      -- estimate leaves room for the whole grant, and no later.
+      local e = window - (limit - (lease + paced) - cur) * window / prevc
+      pacedFor = math.max(1, math.min(to, math.ceil(w * window + e)) - now)
+    else
+      paced = 0
+    end
+  end
+end
+cur = clampN(cur + lease + paced)
 
 redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prevc,
-  'l:' .. node, lease + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now)
+  'l:' .. node, lease + paced + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now)
 if series then redis.call('HSET', key, 'k:' .. node, series, 'c:' .. node, upto) end
 redis.call('PEXPIRE', key, ttl)
 
-local remaining = avail - lease
+local remaining = math.max(0, avail - lease - paced)
 local reset = 0
 if cur > 0 then reset = (w + 2) * window - now elseif prevc > 0 then reset = (w + 1) * window - now end
-return {lease, 2 * interval, est + lease, remaining, count, math.floor(weight * 1000000), reset, now, 0, 0}
+return {lease, 2 * interval, est + lease + paced, remaining, count, math.floor(weight * 1000000), reset, now, 0, 0, paced, pacedFor}
 `)
 
 // slidingNow reads a strict sliding window (KEYS[1], a hash {w, cur,

@@ -50,6 +50,7 @@ type keyState struct {
 	extra   atomic.Int64  // spent outside the lease (degraded admissions), in full
 	low     atomic.Int64  // allowance below which an early sync is asked for; 0 for none
 	until   atomic.Int64  // when the lease stops being spendable: a sliding window's edge; Strict: until when the store is not called (strictCut)
+	pace    leasePace     // a sliding window's paced release of its allowance (see slidinglease.go)
 
 	fallback   atomic.Uint64 // sizedBit | the ladder factor's bits the fail-static bucket is sized for; 0 if not sized
 	cutFactor  atomic.Uint64 // cutBit | the ladder factor's bits for k alone, cut off while the fleet answers others; 0 if not (see keyCut)
