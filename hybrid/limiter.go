@@ -275,7 +275,8 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 	if k.pol.Mode != Hybrid {
 		return l.decideOther(k, now, n)
 	}
-	if now == noTime {
+	given := now != noTime
+	if !given {
 		now = l.now()
 	}
 	if now >= k.until.Load() {
@@ -286,8 +287,12 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 	if set := k.stripes.Load(); set != nil {
 		left, ok, early = k.takeStriped(set, max(n, 0))
 	} else if k.pol.paced {
+		at := now
+		if given {
+			at = min(now, l.now()) // the pace releases by the Limiter's clock, never a caller's later one
+		}
 		var unpaced int64
-		left, unpaced, ok = k.takePaced(now, max(n, 0))
+		left, unpaced, ok = k.takePaced(at, max(n, 0))
 		early = unpaced < k.low.Load()
 	} else {
 		left, ok = takeWord(&k.word, max(n, 0)) // inlined: the common path

@@ -63,11 +63,14 @@ func TestFleetAccuracy(t *testing.T) {
 		// A lease lapses at a window's edge; what the previous window
 		// frees until then comes paced (hybrid/slidinglease.go). Under
 		// -race on 2 shared cores, against the ideal in the store's
-		// windows, 5 runs: one node 99.9-100.0%, four 99.8-100.4%;
-		// before pacing 94.5% and 95.5%. The simulator has 99.95% and
-		// 99.74% (sim TestOneNodeIsIdeal, docs/tuning.md).
-		{"uniform/slidingwindow", sliding, 0, global.DemandWeighted, []float64{500, 500, 500, 500}, 0.97},
-		{"one/slidingwindow", sliding, 0, global.DemandWeighted, []float64{2000}, 0.98},
+		// windows: one node 99.9-100.0%, four 99.8-100.4% (5 runs);
+		// at a load average of 6, 97.7-100.0% and 97.6-98.2%, where
+		// before pacing they measured 93.2-96.3% and 92.4-96.9% (and
+		// the token buckets' rows fell to 83-90% too). The simulator
+		// has 99.95% and 99.74% (sim TestOneNodeIsIdeal,
+		// docs/tuning.md).
+		{"uniform/slidingwindow", sliding, 0, global.DemandWeighted, []float64{500, 500, 500, 500}, 0.96},
+		{"one/slidingwindow", sliding, 0, global.DemandWeighted, []float64{2000}, 0.96},
 	}
 	srv := redistest.StartServer(t)
 	for i, tt := range tests {

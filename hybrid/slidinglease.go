@@ -36,7 +36,7 @@ import (
 // The pace (end, rate) and the word are two atomics, installed together
 // by the sync loop: a take must not match one grant's word with another
 // grant's pace (an old pace nearly spent over a new word would release
-// the new pace at once). paceSeq orders them like a seqlock that never
+// the new pace at once). leasePace.seq orders them like a seqlock that never
 // waits: the sync loop makes it odd, installs the word and the pace, and
 // makes it even again; a take reads it before and after its
 // compare-and-swap, and if a grant ran in between (or was running) it
