@@ -454,7 +454,7 @@ func (l *Limiter) applyLeases(batch []*keyState, out *global.Response, req *glob
 			}
 			out.Grants[t.j] = g
 			if g.Err == nil {
-				k.handover, k.keyLease, k.keyLeaseAt = handover{}, g.Lease, sent
+				k.handover, k.keyLease, k.keyLeaseAt = handover{}, g.Lease+g.Paced, sent
 			}
 		case homeShard:
 			out.Grants[t.j] = ls.fold(g)
