@@ -42,7 +42,7 @@ const (
 )
 
 // leaseArgs is how many of the lease batch's ARGV each key takes.
-const leaseArgs = 10
+const leaseArgs = 11
 
 // leaseBatch is the lease of many keys, in one script call. KEYS, in
 // pairs, are each key's state hash and lease mark. ARGV starts with what
@@ -50,9 +50,10 @@ const leaseArgs = 10
 // else demand-weighted), then the fallback steps (see stepsOf); then
 // leaseArgs numbers per key: its algorithm (1 sliding window, else
 // token bucket), limit, window_us, burst, consumed, demand, ttl_ms,
-// series, total (see once), and whether the fallback steps are the key's
-// (0 for a shard, which reserves nothing for a silent node). Redis's
-// TIME is read once, for every key.
+// series, total (see once), whether the fallback steps are the key's
+// (0 for a shard, which reserves nothing for a silent node), and whether
+// the node paces a sliding window's lease ("1", see Usage.Paced).
+// Redis's TIME is read once, for every key.
 //
 // It returns one reply per key it ran, in order: its lease's (see
 // leaseFns), or an error reply of its own. Once its work reaches
@@ -74,7 +75,8 @@ for i = 1, #KEYS / 2 do
   if ARGV[at + 9] == '0' then st = none end
   local ok, r = pcall(lease, KEYS[2 * i - 1], KEYS[2 * i], now, node, interval, stale, equal, st,
     tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]),
-    tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]), tonumber(ARGV[at + 7]), tonumber(ARGV[at + 8]))
+    tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]), tonumber(ARGV[at + 7]), tonumber(ARGV[at + 8]),
+    ARGV[at + 10] == '1')
   if not ok then
     -- error() raises a string; a command Redis refuses, a table.
     if type(r) == 'table' and r.err then r = {err = r.err} else r = {err = tostring(r)} end
@@ -220,7 +222,7 @@ func batchCall(head []any, items []leaseItem, g []int) scriptCall {
 		script: leaseBatch,
 		keys:   make([]string, 0, 2*len(g)),
 		args:   slices.Grow(slices.Clip(head), leaseArgs*len(g)),
-		reply:  10,
+		reply:  12,
 		batch:  len(g),
 	}
 	for _, i := range g {
@@ -260,7 +262,7 @@ func (r *Redis) leaseItem(interval int64, u Usage) (leaseItem, error) {
 	// The state outlives a full refill and a few intervals.
 	ttl := (2*window+10*interval)/1000 + 1
 	return leaseItem{base: base, args: [leaseArgs]any{alg, u.Limit.Limit, window, u.Limit.burst(),
-		min(u.Consumed, MaxLimit), min(u.Demand, MaxLimit), ttl, u.Series, u.Total, steps}}, nil
+		min(u.Consumed, MaxLimit), min(u.Demand, MaxLimit), ttl, u.Series, u.Total, steps, equalArg(u.Paced)}}, nil
 }
 
 // fallbackArgs is steps as the lease scripts read them (stepsOf): the

@@ -153,11 +153,11 @@ end
 // time (µs); node; interval_us; stale_us; equal (true: equal shares,
 // else demand-weighted); steps, the fallback steps (see stepsOf); limit;
 // window_us; burst (unused by the sliding window); consumed; demand;
-// ttl_ms; and the report's series and total, rseries and rtotal (see
-// once).
+// ttl_ms; the report's series and total, rseries and rtotal (see once);
+// and, for the sliding window, paced (see Usage.Paced).
 //
 // Each returns {lease, lease_ttl_us, used, remaining, nodes,
-// weight*1e6, reset_after_us, now_us, 0, 0}; or, for a key whose leases
+// weight*1e6, reset_after_us, now_us, 0, 0, paced, paced_for_us}; or, for a key whose leases
 // are split into shards (its mark stands until a merge ends it), zeros
 // but for {..., shards, left_us}, left_us 0 once the split has ended
 // and awaits its merge: nothing the node reported is applied, so that
@@ -169,12 +169,23 @@ end
 // what a node hands back is subtracted from the window it was counted
 // in, if that window still weighs.
 //
+// A node that paces is also leased ahead, by the sliding window, what
+// the previous window's weight frees until two intervals on (never past
+// the window's edge, where the lease lapses): the grant is sized against
+// the estimate at that time, to, and what it holds beyond the estimate
+// now comes paced, released evenly until to. Both ends of the node's
+// spending stay within the limit (the lease now, the lease and the
+// paced part at to), and the estimate falls linearly between, so the
+// fleet stays within it at every moment; what the grant counts in the
+// window includes the paced part in full from the start, so no other
+// node is leased it twice. The token bucket paces nothing.
+//
 // They follow storedNum, leaseCommon, slackOf, tokenRefill, slidingRoll
 // and leaseMarkFn.
 const leaseFns = `
 local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, steps, limit, window, burst, consumed, demand, ttl, rseries, rtotal)
   local marked, _, markLeft = leaseMark(mark, now)
-  if marked then return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft} end
+  if marked then return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft, 0, 0} end
   local rate = limit / window
 
   local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node, 'p:' .. node)
@@ -242,12 +253,12 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   if tokens < burst then reset = math.min(huge, math.ceil((burst - tokens) / rate)) end
   local remaining = math.floor(tokens)
   if remaining < 0 then remaining = 0 end
-  return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now, 0, 0}
+  return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now, 0, 0, 0, 0}
 end
 
-local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, steps, limit, window, burst, consumed, demand, ttl, rseries, rtotal)
+local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, steps, limit, window, burst, consumed, demand, ttl, rseries, rtotal, paced)
   local marked, _, markLeft = leaseMark(mark, now)
-  if marked then return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft} end
+  if marked then return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft, 0, 0} end
   local w = math.floor(now / window)
   local st = redis.call('HMGET', key, 'w', 'cur', 'prev', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node)
   local cur, prevc = roll(w, st)
@@ -278,17 +289,34 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
 
   local total, count = nodes(key, node, now, stale, stale + math.min(window, 100 * interval), demand, nil)
   local weight = share(demand, total, count, equal)
-  local lease = grantFrom(avail, demand, weight, limit, count, slackOf(limit, window, interval))
-  cur = clampN(cur + lease)
+  local most = slackOf(limit, window, interval)
+  local lease = grantFrom(avail, demand, weight, limit, count, most)
+  local ahead, aheadFor = 0, 0
+  if paced and prevc > 0 then
+    local to = math.min(now + 2 * interval, (w + 1) * window)
+    local later = limit - estimate(cur, prevc, window, to - w * window)
+    if later > avail then
+      ahead = grantFrom(later, demand, weight, limit, count, most) - lease
+      if ahead > 0 then
+        -- Released no faster than the window frees it: by the time the
+        -- estimate leaves room for the whole grant, and no later.
+        local e = window - (limit - (lease + ahead) - cur) * window / prevc
+        aheadFor = math.max(1, math.min(to, math.ceil(w * window + e)) - now)
+      else
+        ahead = 0
+      end
+    end
+  end
+  cur = clampN(cur + lease + ahead)
 
   redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prevc,
-    'l:' .. node, lease + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now)
+    'l:' .. node, lease + ahead + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now)
   if series then redis.call('HSET', key, 'k:' .. node, series, 'c:' .. node, upto) end
   redis.call('PEXPIRE', key, ttl)
 
-  local remaining = avail - lease
+  local remaining = math.max(0, avail - lease - ahead)
   local reset = 0
   if cur > 0 then reset = (w + 2) * window - now elseif prevc > 0 then reset = (w + 1) * window - now end
-  return {lease, 2 * interval, est + lease, remaining, count, math.floor(weight * 1000000), reset, now, 0, 0}
+  return {lease, 2 * interval, est + lease + ahead, remaining, count, math.floor(weight * 1000000), reset, now, 0, 0, ahead, aheadFor}
 end
 `

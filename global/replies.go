@@ -24,6 +24,25 @@ func leaseBound(u *Usage) int64 {
 	return min(u.Limit.burst(), MaxLimit)
 }
 
+// pacedBound is the most a sane store paces beside a lease of lease for
+// u: nothing unless u asked for a paced SlidingWindow lease, and the two
+// together within the limit.
+func pacedBound(u *Usage, lease int64) int64 {
+	if !u.Paced || u.Limit.Algorithm != SlidingWindow {
+		return 0
+	}
+	return max(0, leaseBound(u)-lease)
+}
+
+// pacedForBound is the longest a sane store paces a lease of paced over:
+// none for none, else at most a window (the lease lapses at its edge).
+func pacedForBound(u *Usage, paced int64) int64 {
+	if paced == 0 {
+		return 0
+	}
+	return u.Limit.Window.Microseconds()
+}
+
 // bound is one number of a reply and the range a sane store keeps it in.
 type bound struct {
 	what   string
@@ -62,11 +81,18 @@ func (r *Redis) grantOf(u Usage, v []int64) (Grant, error) {
 		bound{"active nodes", v[4], 1, math.MaxInt32},
 		bound{"a weight (millionths)", v[5], 0, 1e6},
 		bound{"reset after µs", v[6], 0, math.MaxInt64},
+		bound{"a paced lease", v[10], 0, pacedBound(&u, v[0])},
+		bound{"a pace lasting µs", v[11], 0, pacedForBound(&u, v[10])},
 	)
+	if err == nil && v[10] > 0 && v[11] == 0 {
+		err = r.corrupt(key, "the store paced a lease of %d over no time", v[10])
+	}
 	if err != nil {
 		return Grant{}, err
 	}
 	return Grant{
+		Paced:      v[10],
+		PacedFor:   durationOf(v[11]),
 		Lease:      v[0],
 		TTL:        durationOf(v[1]),
 		Used:       v[2],

@@ -19,7 +19,7 @@ func TestRepliesChecked(t *testing.T) {
 	t.Parallel()
 	r := &Redis{addr: "redis.test:6379"}
 	u := Usage{Key: "k", Limit: Limit{Limit: 100, Window: time.Second}, Demand: 50}
-	ok := []int64{10, 2000, 40, 60, 1, 1e6, 500, 1, 0, 0}
+	ok := []int64{10, 2000, 40, 60, 1, 1e6, 500, 1, 0, 0, 0, 0}
 	g, err := r.grantOf(u, ok)
 	require.NoError(t, err)
 	assert.Equal(t, Grant{Lease: 10, TTL: 2 * time.Millisecond, Used: 40, Remaining: 60, Nodes: 1, Weight: 1, ResetAfter: 500 * time.Microsecond}, g)
@@ -40,6 +40,8 @@ func TestRepliesChecked(t *testing.T) {
 		{"zero shards", 8, -1},
 		{"one shard", 8, 1},
 		{"too many shards", 8, MaxShards + 1},
+		{"paced unasked", 10, 5},
+		{"a pace lasting without one", 11, 1000},
 	}
 	for _, tt := range grants {
 		v := append([]int64(nil), ok...)
@@ -51,6 +53,23 @@ func TestRepliesChecked(t *testing.T) {
 	marked[8], marked[9] = 4, -1
 	_, err = r.grantOf(u, marked)
 	assert.ErrorIs(t, err, ErrCorrupt, "a mark lasting less than nothing")
+
+	// A paced sliding window lease: the lease and its paced part within
+	// the limit, paced over at most a window, and over some time.
+	pu := u
+	pu.Paced, pu.Limit.Algorithm = true, SlidingWindow
+	paced := append([]int64(nil), ok...)
+	paced[10], paced[11] = 90, 200_000
+	g, err = r.grantOf(pu, paced)
+	require.NoError(t, err)
+	assert.Equal(t, int64(90), g.Paced)
+	assert.Equal(t, 200*time.Millisecond, g.PacedFor)
+	for _, bad := range [][2]int64{{91, 200_000}, {-1, 0}, {5, 0}, {5, -1}, {5, 1_000_001}} {
+		v := append([]int64(nil), paced...)
+		v[10], v[11] = bad[0], bad[1]
+		_, err := r.grantOf(pu, v)
+		assert.ErrorIs(t, err, ErrCorrupt, "paced %d over %d µs", bad[0], bad[1])
+	}
 
 	lim := Limit{Limit: 100, Window: time.Second}
 	d, err := r.decisionOf("k", lim, []int64{1, 99, 0, 10})
@@ -104,7 +123,10 @@ func FuzzReplies(f *testing.F) {
 			return
 		}
 		u := Usage{Key: "k", Limit: lim, Demand: max(0, demand)}
-		v := make([]int64, 10)
+		if limit%2 != 0 { // a paced sliding window
+			u.Limit.Algorithm, u.Paced = SlidingWindow, true
+		}
+		v := make([]int64, 12)
 		for i := range v {
 			var b [8]byte
 			copy(b[:], raw[min(len(raw), 8*i):])
@@ -123,6 +145,8 @@ func FuzzReplies(f *testing.F) {
 			require.True(t, g.Used >= 0 && g.Remaining >= 0 && g.Remaining <= lim.burst())
 			require.True(t, g.Nodes >= 1 && g.Weight >= 0 && g.Weight <= 1)
 			require.True(t, g.TTL >= 0 && g.ResetAfter >= 0)
+			require.True(t, g.Paced >= 0 && g.Lease+g.Paced <= lim.burst(), "paced %d", g.Paced)
+			require.True(t, g.PacedFor >= 0 && g.PacedFor <= lim.Window && (g.Paced == 0 || g.PacedFor > 0), "paced for %v", g.PacedFor)
 		}
 		d, err := r.decisionOf("k", lim, v[:4])
 		switch {

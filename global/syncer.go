@@ -209,6 +209,11 @@ type Usage struct {
 	// has free, so a burst finds room. A Demand of zero leases nothing.
 	// It counts up to MaxLimit.
 	Demand int64
+	// Paced says the node can spend a paced lease (Grant.Paced): a
+	// SlidingWindow lease may then also hand it what the previous
+	// window's weight frees until its next sync, released over time.
+	// A Syncer may ignore it.
+	Paced bool
 }
 
 // Response is a Syncer's answer to a Request.
@@ -247,6 +252,14 @@ type Grant struct {
 	// ResetAfter is how long until the fleet's bucket is full again, if
 	// nothing more is spent.
 	ResetAfter time.Duration
+	// Paced, for a Usage that asked for it, is how many more requests the
+	// node may admit on top of Lease, released evenly over PacedFor from
+	// when the grant arrives: a SlidingWindow's previous window weighs
+	// less as time passes, and what it frees until the node's next sync
+	// is leased ahead, counted now, spendable only as it frees. Zero for
+	// none; Lease+Paced never exceeds the limit.
+	Paced    int64
+	PacedFor time.Duration
 	// Err is set if this key failed alone: its usage was rejected (a
 	// bad limit or key, wrapping ErrInvalid), the store's state for it
 	// is corrupt (wrapping ErrCorrupt), or the part of the store that

@@ -77,7 +77,8 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 	w, nodes, light := t.weight(k, rate, shares, interval, now)
 	fleet := max(nodes, len(t.peers)+1) // every peer known, for a key not all have synced yet
 
-	var lease, remaining int64
+	var lease, remaining, paced int64
+	var pacedFor time.Duration
 	var used float64
 	var resetAfter time.Duration
 	others := 0.0
@@ -129,10 +130,24 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		if light && !first && !minority && free >= float64(lim.Limit)/2 {
 			lease = max(lease, min(slack(demand, free, fleet, lim, interval), int64(max(meter, 0))))
 		}
-		remaining = saturate(free - float64(lease))
+		// Not past two intervals a window: each node's view of the
+		// others' counts is a round or more old, and a pace that
+		// spans most of a window leases against it for that long (1 s
+		// syncs on a 1 s window over real memberlist: 73% of the ideal
+		// admitted, from 84%).
+		if u.Paced && !minority && 2*interval <= lim.Window {
+			paced, pacedFor = pace(lease, demand, frac, interval, lim.Window, free, meter, func(f float64) (float64, float64) {
+				return float64(lim.Limit) - t.used(k, ms, ep, f) - others, w*float64(lim.Limit) - own.estimate(ep, f)
+			})
+		}
+		remaining = saturate(free - float64(lease+paced))
 		// A count in the current window lasts until the end of the next;
-		// a lease will be counted in the current window when spent.
-		edge := time.Duration(float64(lim.Window) * (1 - frac))
+		// a lease will be counted in the current window when spent. The
+		// edge is to the nanosecond, not from frac's whole milliseconds,
+		// which put it up to a millisecond late: a paced lease, spent up
+		// to the edge, spent that past it (a token a window at 500/s).
+		span := uint64(ms) * uint64(time.Millisecond)
+		edge := time.Duration(span - uint64(max(now.wall, 0))%span)
 		switch {
 		case lease > 0 || t.curCount(k, ms, ep) > 0:
 			resetAfter = edge + lim.Window
@@ -141,7 +156,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		}
 	}
 
-	l.lease, l.leaseEpoch = uint64(lease), ep
+	l.lease, l.leaseEpoch = uint64(lease+paced), ep
 	ttl := 2 * interval
 	// The stamp: this node's wall time, past the last one so that peers
 	// take every change as news. Raised past the clock (more than one
@@ -153,7 +168,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		k.dirty = true
 		t.changed = append(t.changed, k)
 	}
-	own.reserved = uint64(lease)
+	own.reserved = uint64(lease + paced)
 	own.ttlMs = uint64(min(ttl.Milliseconds(), maxTTLms))
 	own.demand = min(rate, maxCount)
 	own.weight = uint16(math.Round(min(max(w, 0), 1) * weightScale))
@@ -165,7 +180,38 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		Nodes:      nodes,
 		Weight:     w,
 		ResetAfter: max(0, resetAfter),
+		Paced:      paced,
+		PacedFor:   pacedFor,
 	}
+}
+
+// pace is a sliding window's paced part beside a lease of lease (see
+// global.Grant.Paced), as the Redis scripts pace it: what the previous
+// window's weight frees until two intervals on, never past the window's
+// edge, released no faster than it frees. free and meter are the fleet's
+// free budget and this node's meter now (frac into the window), and at
+// tells them at a later point of the window: both grow linearly as the
+// window slides, so a release that meets them at both ends of the span
+// stays within them throughout. It returns the paced part and its span.
+func pace(lease, demand int64, frac float64, interval, window time.Duration, free, meter float64, at func(frac float64) (free, meter float64)) (int64, time.Duration) {
+	to := min(1, frac+2*interval.Seconds()/window.Seconds())
+	if to <= frac {
+		return 0, 0
+	}
+	free1, meter1 := at(to)
+	g := clampLease(demand, meter1, free1)
+	if g <= lease {
+		return 0, 0
+	}
+	// The span ends where both bounds have grown to the whole grant.
+	end := frac
+	for _, b := range [][2]float64{{free, free1}, {meter, meter1}} {
+		if b[0] < float64(g) && b[1] > b[0] {
+			end = max(end, frac+(float64(g)-b[0])*(to-frac)/(b[1]-b[0]))
+		}
+	}
+	span := time.Duration(math.Ceil((min(end, to) - frac) * float64(window)))
+	return g - lease, max(time.Microsecond, span)
 }
 
 // clampLease is the lease: the demand, if the node's share and the

@@ -142,7 +142,7 @@ func (l *Limiter) call(ctx context.Context, f *fleet, i int, batch []*keyState, 
 	}
 	req := l.request(f)
 	for j, k := range batch {
-		u := global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested}
+		u := global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested, Paced: k.paced()}
 		u.Series, u.Total = k.seriesOf(l.syncs.rng, marks[j].s0)
 		req.Keys = append(req.Keys, u)
 	}

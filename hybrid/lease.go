@@ -50,6 +50,7 @@ type keyState struct {
 	extra   atomic.Int64  // spent outside the lease (degraded admissions), in full
 	low     atomic.Int64  // allowance below which an early sync is asked for; 0 for none
 	until   atomic.Int64  // when the lease stops being spendable: a sliding window's edge; Strict: until when the store is not called (strictCut)
+	pace    leasePace     // a sliding window's paced release of its allowance (see slidinglease.go)
 
 	fallback   atomic.Uint64 // sizedBit | the ladder factor's bits the fail-static bucket is sized for; 0 if not sized
 	cutFactor  atomic.Uint64 // cutBit | the ladder factor's bits for k alone, cut off while the fleet answers others; 0 if not (see keyCut)
@@ -76,7 +77,7 @@ type keyState struct {
 	hotRate    float64      // Strict: the rate the sketch last saw
 	lshards    *leaseShards // Hybrid: the Redis shards its leases come from; nil if none
 	handover   handover     // Hybrid: how the next report to the key itself, after a merge, differs
-	keyLease   int64        // Hybrid: the last lease the key itself (not a shard, not Failover) granted
+	keyLease   int64        // Hybrid: the last lease the key itself (not a shard, not Failover) granted, with its paced part (counted in full)
 	keyLeaseAt int64        // when it was granted
 	syncs      int64        // Hybrid: syncs with demand, for the fleet's sync load
 	syncsSeen  int64        // syncs at loadAt

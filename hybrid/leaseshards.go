@@ -342,7 +342,7 @@ func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, m
 			tg = l.shardUsages(req, tg, j, k, sent)
 			continue
 		}
-		u := global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: s.consumed[j], Demand: k.requested}
+		u := global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: s.consumed[j], Demand: k.requested, Paced: k.paced()}
 		if h := k.handover; h.pending {
 			// What the shards were charged for is not the key's:
 			// this report counts as it is, and a new series
@@ -454,7 +454,7 @@ func (l *Limiter) applyLeases(batch []*keyState, out *global.Response, req *glob
 			}
 			out.Grants[t.j] = g
 			if g.Err == nil {
-				k.handover, k.keyLease, k.keyLeaseAt = handover{}, g.Lease, sent
+				k.handover, k.keyLease, k.keyLeaseAt = handover{}, g.Lease+g.Paced, sent
 			}
 		case homeShard:
 			out.Grants[t.j] = ls.fold(g)

@@ -79,6 +79,7 @@ type policy struct {
 	limit    global.Limit
 	capacity int64          // Burst for a token bucket, Limit for a window
 	perSec   float64        // the fleet's quota per second
+	paced    bool           // Hybrid sliding window: leases may be paced (see slidinglease.go)
 	local    *local.Limiter // Local: the limiter; FailStatic: the fallback buckets
 }
 
@@ -178,6 +179,7 @@ func New(cfg Config) (*Limiter, error) {
 			return nil, fmt.Errorf("hybrid: Config.Policies[%d]: Name %q is used twice", i, p.Name)
 		}
 		pol := &policy{Policy: p, limit: lim, capacity: p.Limit, perSec: float64(p.Limit) / p.Window.Seconds()}
+		pol.paced = p.Mode == Hybrid && lim.Algorithm == global.SlidingWindow
 		if p.Algorithm == local.TokenBucket {
 			pol.capacity = p.Burst
 		}
@@ -273,7 +275,8 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 	if k.pol.Mode != Hybrid {
 		return l.decideOther(k, now, n)
 	}
-	if now == noTime {
+	given := now != noTime
+	if !given {
 		now = l.now()
 	}
 	if now >= k.until.Load() {
@@ -283,6 +286,14 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 	var ok, early bool
 	if set := k.stripes.Load(); set != nil {
 		left, ok, early = k.takeStriped(set, max(n, 0))
+	} else if k.pol.paced {
+		at := now
+		if given {
+			at = min(now, l.now()) // the pace releases by the Limiter's clock, never a caller's later one
+		}
+		var unpaced int64
+		left, unpaced, ok = k.takePaced(at, max(n, 0))
+		early = unpaced < k.low.Load()
 	} else {
 		left, ok = takeWord(&k.word, max(n, 0)) // inlined: the common path
 		early = left < k.low.Load()
@@ -314,7 +325,10 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 		return l.failed(k, now, n), nil
 	}
 	k.refused.Add(uint64(n))
-	if k.low.Load() > 0 || now >= k.until.Load() {
+	pacing := k.pol.paced && k.pace.pacing(now)
+	if (k.low.Load() > 0 || now >= k.until.Load()) && !pacing {
+		// A lease whose tokens the pace has yet to release is not
+		// short: syncing would only lease them again.
 		l.askEarly(k)
 	}
 	if l.refusedLate(k, now) {
@@ -322,6 +336,9 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 	}
 	d.remaining = k.fleetRemaining.Load() + k.allowance()
 	d.retryAfter = l.retryAfter(now)
+	if pacing {
+		d.retryAfter = max(1, min(d.retryAfter, time.Duration(n)*k.pace.next(now)))
+	}
 	return d, nil
 }
 

@@ -35,7 +35,7 @@ func fleet(t *testing.T, s *redistest.Server, n int, shares global.Shares, p hyb
 
 // TestFleetAccuracy offers four nodes sharing one real Redis twice the
 // limit for several seconds, uniformly and then with one node taking 80%
-// of the traffic, and compares what they admit with the limit and with an
+// of the traffic (and a sliding window's to one node alone), and compares what they admit with the limit and with an
 // ideal single limiter fed the same arrivals.
 func TestFleetAccuracy(t *testing.T) {
 	t.Parallel()
@@ -60,16 +60,24 @@ func TestFleetAccuracy(t *testing.T) {
 		{"uniform/equal", bucket, limit, global.Equal, []float64{500, 500, 500, 500}, 0.95},
 		{"skewed/demandweighted", bucket, limit, global.DemandWeighted, []float64{1600, 400.0 / 3, 400.0 / 3, 400.0 / 3}, 0.95},
 		{"skewed/equal", bucket, limit, global.Equal, []float64{1600, 400.0 / 3, 400.0 / 3, 400.0 / 3}, 0},
-		// A lease that lapses at a window edge is refused until the
-		// next sync brings one for the new window.
-		{"uniform/slidingwindow", sliding, 0, global.DemandWeighted, []float64{500, 500, 500, 500}, 0.90},
+		// A lease lapses at a window's edge; what the previous window
+		// frees until then comes paced (hybrid/slidinglease.go). Under
+		// -race on 2 shared cores, against the ideal in the store's
+		// windows: one node 99.9-100.0%, four 99.8-100.4% (5 runs);
+		// at a load average of 6, 97.7-100.0% and 97.6-98.2%, where
+		// before pacing they measured 93.2-96.3% and 92.4-96.9% (and
+		// the token buckets' rows fell to 83-90% too). The simulator
+		// has 99.95% and 99.74% (sim TestOneNodeIsIdeal,
+		// docs/tuning.md).
+		{"uniform/slidingwindow", sliding, 0, global.DemandWeighted, []float64{500, 500, 500, 500}, 0.96},
+		{"one/slidingwindow", sliding, 0, global.DemandWeighted, []float64{2000}, 0.96},
 	}
 	srv := redistest.StartServer(t)
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			key := fmt.Sprintf("acc:%d", i)
-			nodes := fleet(t, srv, 4, tt.shares, tt.policy)
+			nodes := fleet(t, srv, len(tt.rates), tt.shares, tt.policy)
 			r := fleettest.Drive(t, nodes, key, tt.rates, run)
 			ideal := r.Ideal(t, tt.policy)
 			peak := r.MaxInWindow(window)
@@ -79,13 +87,16 @@ func TestFleetAccuracy(t *testing.T) {
 			bound, surplus := limit*1.01+float64(tt.burst), 1.01
 			if tt.policy.Algorithm == local.SlidingWindow {
 				// A sliding window's lease lapses at the edge of the
-				// window it is counted in, so the aligned windows hold
-				// exactly. Known gap: the two-window estimate assumes
-				// the previous window's requests were spread evenly,
-				// and leases bunch them, so the fleet can admit more
-				// than the ideal counter over a run: bounded here by
-				// 1 + Interval/Window. Measured: 94-105% of the
-				// ideal; see docs/architecture.md.
+				// window it is counted in (dated from when its sync was
+				// sent, so never after the store's edge), so the aligned
+				// windows hold exactly: measured 999-1,000 (dated from
+				// the reply's arrival: 1,004 before pacing, 1,012 with
+				// it). The
+				// two-window estimate assumes the previous window's
+				// requests were spread evenly, and leases may bunch
+				// them, so the fleet could admit more than the ideal
+				// counter over a run: bounded here by 1 +
+				// Interval/Window; see docs/architecture.md.
 				gap := 1 + float64(100*time.Millisecond)/float64(window)
 				aligned := r.MaxAligned(window)
 				t.Logf("%s: busiest aligned window %d", tt.name, aligned)

@@ -291,6 +291,7 @@ func (l *Limiter) stripe(k *keyState) {
 	switch {
 	case hot < 0 || l.cfg.HotKeyStripes < 2:
 	case k.stripes.Load() == nil && k.rate >= hot:
+		k.endPace(l.now()) // the stripes hold only what is released
 		k.split(l.cfg.HotKeyStripes)
 	case k.stripes.Load() != nil && k.rate < hot/2:
 		k.merge()

@@ -199,7 +199,7 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 		}
 		l.degraded.Store(false)
 		for j, k := range batch {
-			l.settle(k, after, s.marks[j], &resp.Grants[j], how == closing, factor)
+			l.settle(k, after, start, s.marks[j], &resp.Grants[j], how == closing, factor)
 		}
 	}
 	if chosen == nil {
@@ -224,8 +224,9 @@ func (l *Limiter) anyClosed() bool {
 func (l *Limiter) wall(t int64) time.Time { return l.epoch.Add(time.Duration(t)) }
 
 // settle installs one key's grant, capped by factor: the ladder's, when
-// the grant comes from one side of a split.
-func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closing bool, factor float64) {
+// the grant comes from one side of a split. now is when it arrived, sent
+// when its call was sent.
+func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *global.Grant, closing bool, factor float64) {
 	k.early.Store(false)
 	elapsed := min(now-k.lastSync, 2*int64(l.cfg.Interval))
 	k.lastSync = now
@@ -278,18 +279,24 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	// whose Remaining is each node's own lagging estimate, it quadrupled
 	// the syncs in a partition and raised the worst window from 67% to
 	// 73%, and at a 500 ms interval quadrupled the worst window.)
+	paced := k.pacedOf(g, lease, factor < 1 || closing)
+	whole := lease + paced
 	low := int64(0)
-	if !closing && !k.capped && lease > 0 && (lease >= k.requested || l.cfg.Interval >= k.pol.Window) {
-		low = l.lowWater(k, lease)
+	if !closing && !k.capped && whole > 0 && (whole >= k.requested || l.cfg.Interval >= k.pol.Window) {
+		low = l.lowWater(k, whole)
 	}
-	k.grant(m.raw, lease, low)
+	if k.pol.paced && k.stripes.Load() == nil {
+		k.grantPaced(m.raw, lease, paced, g.PacedFor, now, low)
+	} else {
+		k.grant(m.raw, lease, low)
+	}
 	k.low.Store(low)
 	k.granted = m.s0
 	if !closing {
 		l.stripe(k)
 	}
-	k.lease, k.expires = lease, now+int64(g.TTL)
-	k.share -= float64(lease)
+	k.lease, k.expires = whole, now+int64(g.TTL)
+	k.share -= float64(whole)
 	k.nodes = g.Nodes
 	k.weightBits.Store(math.Float64bits(g.Weight))
 	k.hasGrant.Store(true)
@@ -297,24 +304,11 @@ func (l *Limiter) settle(k *keyState, now int64, m mark, g *global.Grant, closin
 	}
 	k.fleetRemaining.Store(g.Remaining)
 	k.resetAt.Store(now + int64(g.ResetAfter))
-	k.until.Store(l.leaseEdge(k.pol, now, lease, g))
+	k.until.Store(l.leaseEdge(k.pol, sent, whole, g))
 	k.resetFallback()
 	if !closing && k.idle && lease == 0 && k.spent() == m.s0 && k.allReported(len(l.fleets), m.s0) {
 		l.forget(k)
 	}
-}
-
-// leaseEdge is when a lease stops being spendable. A sliding window's lease
-// is counted in the window it was granted in, so spending it after that
-// window ends would count nowhere: it lapses at the edge, and what is left
-// goes back to the fleet at the next sync. The script's ResetAfter is two
-// windows from the current one's start while that window holds a count,
-// which a lease guarantees. A token bucket's lease has no edge.
-func (l *Limiter) leaseEdge(p *policy, now, lease int64, g *global.Grant) int64 {
-	if p.limit.Algorithm != global.SlidingWindow || lease == 0 || g.ResetAfter <= 0 {
-		return math.MaxInt64
-	}
-	return now + int64(g.ResetAfter-p.Window)
 }
 
 // unreached handles a sync that reached no fleet: decisions past the

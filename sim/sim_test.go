@@ -62,24 +62,27 @@ func TestGossipOvershootGrowsWithInterval(t *testing.T) {
 	}
 }
 
-// TestOneNodeIsIdeal checks that a fleet of one token bucket matches the
-// ideal limiter fed the same arrivals within 0.5%. A sliding window falls
-// short by more, in the simulator as against real Redis (hybrid's
-// TestFleetAccuracy): its lease lapses at each window's edge, and a lease
-// cut short by what the window has left asks for no early refill, so the
-// node waits for its next regular sync. It is held to the same 90% here.
+// TestOneNodeIsIdeal checks that a fleet of one matches the ideal limiter
+// fed the same arrivals, over both backends: a token bucket within 0.5%,
+// a sliding window at least 99% of the ideal and never above it. A
+// sliding window's lease lapses at each window's edge; what the previous
+// window's weight frees until then comes as a paced lease (see
+// hybrid/slidinglease.go), without which one node admitted about 94% of
+// the ideal.
 func TestOneNodeIsIdeal(t *testing.T) {
 	t.Parallel()
-	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
-		r, err := sim.Run(sim.Config{Nodes: 1, Algorithm: alg, Duration: 30 * time.Second})
-		require.NoError(t, err)
-		t.Logf("%v: admitted %d, ideal %d (%.2f%%), overshoot %.3f%%, false rejection %.3f%%",
-			alg, r.Admitted, r.Ideal, 100*float64(r.Admitted)/float64(r.Ideal), r.Overshoot, r.FalseRejection)
-		if alg == local.TokenBucket {
-			assert.InEpsilon(t, r.Ideal, r.Admitted, 0.005, "within 0.5%% of the ideal")
-		} else {
-			assert.GreaterOrEqual(t, float64(r.Admitted), 0.9*float64(r.Ideal))
-			assert.LessOrEqual(t, r.Admitted, r.Ideal)
+	for _, backend := range sim.Backends {
+		for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
+			r, err := sim.Run(sim.Config{Backend: backend, Nodes: 1, Algorithm: alg, Duration: 30 * time.Second})
+			require.NoError(t, err)
+			t.Logf("%s %v: admitted %d, ideal %d (%.2f%%), overshoot %.3f%%, false rejection %.3f%%",
+				backend, alg, r.Admitted, r.Ideal, 100*float64(r.Admitted)/float64(r.Ideal), r.Overshoot, r.FalseRejection)
+			if alg == local.TokenBucket {
+				assert.InEpsilon(t, r.Ideal, r.Admitted, 0.005, "%s: within 0.5%% of the ideal", backend)
+			} else {
+				assert.GreaterOrEqual(t, float64(r.Admitted), 0.99*float64(r.Ideal), backend)
+				assert.LessOrEqual(t, r.Admitted, r.Ideal, backend)
+			}
 		}
 	}
 }

@@ -277,13 +277,28 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		} else {
 			st.cur += consumed - prev
 		}
-		elapsed := float64(now) - float64(w)*window
-		est := math.Ceil(st.prev*(window-elapsed)/window) + st.cur
+		estimate := func(at float64) float64 { // at: µs into window w
+			return math.Ceil(st.prev*(window-at)/window) + st.cur
+		}
+		est := estimate(float64(now) - float64(w)*window)
 		avail := max(float64(lim.Limit)-est, 0)
 		l := grantFrom(avail, float64(lim.Limit))
-		st.cur += l
-		me.lease, me.granted = l+carry, w
-		g.Lease, g.Used, g.Remaining = int64(l), int64(est+l), int64(avail-l)
+		paced := 0.0
+		if u.Paced && st.prev > 0 { // the script's pacing: leased ahead until to
+			to := min(now+2*interval, (w+1)*int64(window))
+			if later := float64(lim.Limit) - estimate(float64(to-w*int64(window))); later > avail {
+				if paced = grantFrom(later, float64(lim.Limit)) - l; paced > 0 {
+					e := window - (float64(lim.Limit)-(l+paced)-st.cur)*window/st.prev
+					until := min(float64(to), math.Ceil(float64(w)*window+e))
+					g.Paced, g.PacedFor = int64(paced), time.Duration(max(1, until-float64(now)))*time.Microsecond
+				} else {
+					paced = 0
+				}
+			}
+		}
+		st.cur += l + paced
+		me.lease, me.granted = l+paced+carry, w
+		g.Lease, g.Used, g.Remaining = int64(l), int64(est+l+paced), int64(max(0, avail-l-paced))
 		switch {
 		case st.cur > 0:
 			g.ResetAfter = time.Duration(float64(w+2)*window-float64(now)) * time.Microsecond

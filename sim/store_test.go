@@ -145,3 +145,51 @@ func TestStoreMatchesRedisReserve(t *testing.T) {
 		time.Sleep(s.sleep)
 	}
 }
+
+// TestStoreMatchesRedisPaced is TestStoreMatchesRedis for a sliding
+// window's paced leases (Usage.Paced, Grant.Paced): a node leases the
+// whole of one window, spends it, and in the next asks for more than the
+// estimate leaves, with pacing and without; then hands back what it did
+// not spend. The previous window frees a token a millisecond, so the
+// paced part and its span agree within what the call's time frees.
+func TestStoreMatchesRedisPaced(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	client := srv.DeadlineClient(t)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
+	require.NoError(t, err)
+	lim := global.Limit{Algorithm: global.SlidingWindow, Limit: 1000, Window: time.Second}
+	// Start 100 ms into a window, so that the next is a known time away.
+	now, err := client.Time(context.Background()).Result()
+	require.NoError(t, err)
+	time.Sleep(time.Second + 100*time.Millisecond - time.Duration(now.UnixMicro()%1e6)*time.Microsecond)
+	st := &store{keys: map[string]*lease{}}
+	steps := []struct {
+		node  string
+		u     global.Usage
+		sleep time.Duration // after the step
+		paced bool          // a paced part is expected
+	}{
+		{"a", global.Usage{Demand: 2000, Paced: true}, time.Second + 200*time.Millisecond, false}, // the whole window: nothing to pace ahead
+		{"a", global.Usage{Consumed: 1000, Demand: 1000, Paced: true}, 0, true},                   // the next: 300 free now, 200 more paced
+		{"b", global.Usage{Demand: 1000}, 0, false},                                               // unpaced: nothing ahead
+		{"a", global.Usage{Demand: 1000, Paced: true}, 0, true},                                   // gives the lease and the pace back, leases again
+	}
+	for i, s := range steps {
+		s.u.Key, s.u.Limit = "paced", lim
+		req := global.Request{Node: s.node, Interval: 100 * time.Millisecond, Keys: []global.Usage{s.u}}
+		w, g, gap := syncBoth(t, r, client, st, req)
+		what := fmt.Sprintf("step %d (%s %+v, call took %v)", i, s.node, s.u, gap)
+		t.Logf("%s: redis lease %d paced %d over %v; sim lease %d paced %d over %v", what, w.Lease, w.Paced, w.PacedFor, g.Lease, g.Paced, g.PacedFor)
+		slack := float64(gap/time.Millisecond) + 2
+		assert.InDelta(t, w.Lease, g.Lease, slack, "lease: %s", what)
+		assert.InDelta(t, w.Lease+w.Paced, g.Lease+g.Paced, slack, "lease and paced: %s", what)
+		assert.InDelta(t, w.PacedFor, g.PacedFor, float64(gap+time.Millisecond), "paced for: %s", what)
+		assert.InDelta(t, w.Used, g.Used, slack, "used: %s", what)
+		assert.Equal(t, s.paced, w.Paced > 0, "paced: %s", what)
+		if s.paced {
+			assert.LessOrEqual(t, w.PacedFor, 200*time.Millisecond, "two intervals at most: %s", what)
+		}
+		time.Sleep(s.sleep)
+	}
+}
