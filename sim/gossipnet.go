@@ -36,11 +36,10 @@ import (
 //
 // Bytes are counted as memberlist hands them to its transport: messages
 // with their framing, the checksum on gossip packets, pings and acks,
-// streams with their headers. Left out: memberlist's own broadcasts
-// (joins, suspicions), which share the packets for a few seconds around
-// each membership change; compression, which memberlist tries on every
-// packet and keeps only if smaller, and which a packet of one update
-// never is; and indirect probes.
+// streams with their headers, compressed as memberlist compresses them
+// (gossipbytes.go). Left out: memberlist's own broadcasts (joins,
+// suspicions), which share the packets for a few seconds around each
+// membership change, and indirect probes.
 const (
 	packetSize    = 1400 // memberlist's UDPBufferSize
 	compoundHead  = 2    // compoundHeaderOverhead: type and count
@@ -49,7 +48,6 @@ const (
 	checksum      = 5    // the CRC a gossip packet carries to peers of protocol 5
 	pingBytes     = 80   // a ping as msgpack: sequence number, names, address
 	ackBytes      = 16   // an ack
-	streamHead    = 16   // a user message's type and length header on a stream
 	pushPullHead  = 24   // a push/pull's header
 	nodeStateSize = 60   // one member's state in a push/pull
 	coverWithin   = int64(300 * time.Millisecond)
@@ -143,17 +141,17 @@ func (e *engine) flush(n *node, ups []gossip.Update) {
 }
 
 // stream sends updates in one batch (a Gossip splits at 64 KiB; the
-// bytes are the same) to every member over a stream: a header, one
-// origin section, and each update's entry.
+// bytes are about the same) to every member over a stream, compressed.
 func (e *engine) stream(n *node, ups []gossip.Update) {
-	size := streamHead
+	raw := 0
 	for i, u := range ups {
 		pre := entryOffset(u.Msg)
 		if i == 0 {
-			size += pre
+			raw += pre // the header and origin section, once
 		}
-		size += len(u.Msg) - pre
+		raw += len(u.Msg) - pre
 	}
+	size := compressed(raw) + userHead
 	msgs := make([][]byte, len(ups))
 	vers := make([]version, len(ups))
 	for i, u := range ups {
@@ -363,6 +361,15 @@ func (e *engine) packet(n *node, j, avail, head, trailer int) bool {
 	}
 	if parts > 1 {
 		size += compoundHead + perMessage*parts
+		// Memberlist compresses a packet when that makes it smaller;
+		// the ping or ack's bytes are left as they are.
+		raw := 0
+		for _, it := range items {
+			raw += userMsg + len(it.msg)
+		}
+		if c := compressed(raw) + head + trailer + compoundHead + perMessage*parts; c < size {
+			size = c
+		}
 	}
 	e.m.syncBytes += int64(size)
 	if len(items) == 0 {
@@ -396,6 +403,9 @@ func (e *engine) pushPull(i int) {
 	for _, p := range [][2]*node{{n, e.nodes[t[0]]}, {e.nodes[t[0]], n}} {
 		from, to := p[0], p[1]
 		snap := from.g.core.Snapshot(now)
+		// Counted uncompressed: how well a snapshot compresses depends
+		// on the order of its entries, a map's; once in 30 s, it is
+		// little beside the rest.
 		e.m.syncBytes += int64(pushPullHead + nodeStateSize*from.g.members() + len(snap))
 		if snap != nil {
 			e.schedule(&event{at: e.now + 2*int64(e.cfg.GossipDelay), kind: deliver, node: to.i, msgs: [][]byte{snap}})
