@@ -56,28 +56,45 @@ func (q *txQueue) insert(it *queued) {
 		q.tiers = append(q.tiers, nil)
 	}
 	t := q.tiers[it.tr]
-	i, _ := slices.BinarySearchFunc(t, it, less)
+	i, found := slices.BinarySearchFunc(t, it, less)
+	if found {
+		// Memberlist's btree holds one item per key (transmissions,
+		// length, id), and ids restart when the queue empties: an item
+		// equal to one queued replaces it, which is then lost.
+		t[i] = it
+		return
+	}
 	q.tiers[it.tr] = slices.Insert(t, i, it)
 	q.n++
 }
 
+// remove deletes the item with it's key, as the btree does: after a
+// replacement above, that may be another.
 func (q *txQueue) remove(it *queued) {
 	t := q.tiers[it.tr]
 	i, ok := slices.BinarySearchFunc(t, it, less)
-	if !ok || t[i] != it {
+	if !ok {
 		return
 	}
 	q.tiers[it.tr] = slices.Delete(t, i, i+1)
-	q.n--
+	q.dec()
+}
+
+// dec counts an item out; memberlist restarts its ids when the queue
+// empties, even in the middle of a take, which orders equal messages.
+func (q *txQueue) dec() {
+	if q.n--; q.n == 0 {
+		q.ids = 0
+	}
 }
 
 // put queues an update, replacing one of the same name at once.
 func (q *txQueue) put(name string, msg []byte, v version) {
+	q.ids++
+	it := &queued{name: name, msg: msg, id: q.ids, ver: v}
 	if old := q.byName[name]; old != nil {
 		q.remove(old)
 	}
-	q.ids++
-	it := &queued{name: name, msg: msg, id: q.ids, ver: v}
 	q.byName[name] = it
 	q.insert(it)
 }
@@ -106,7 +123,7 @@ func (q *txQueue) take(overhead, limit, transmits int) []*queued {
 		}
 		it := t[i]
 		q.tiers[tr] = slices.Delete(t, i, i+1)
-		q.n--
+		q.dec()
 		used += overhead + len(it.msg)
 		q.taken = append(q.taken, it)
 	}
