@@ -92,7 +92,9 @@ type gossipNode struct {
 	sees   map[int]bool  // live members, as the Core is told
 	dead   map[int]int64 // members declared dead, and when: still gossiped to for 30 s
 	ticks  int
-	budget gossip.Config // the Config gossip.UpdateBudget reads
+	budget gossip.Config   // the Config gossip.UpdateBudget reads
+	held   []gossip.Update // this sync round's changed updates (hold)
+	calls  []int           // how many each of its Sync calls changed
 }
 
 // members is how many members n's memberlist counts, itself included.
@@ -113,13 +115,41 @@ func (s gossipSyncer) Sync(_ context.Context, req *global.Request) (*global.Resp
 	s.e.m.syncKeys += int64(len(req.Keys))
 	resp, err := n.g.core.Sync(req, now)
 	if err == nil {
-		// In the order of req.Keys, which the Limiter draws from a map:
-		// sorted, so that which keys go by stream is the seed's to say.
-		ups := n.g.core.Changed(now)
-		slices.SortFunc(ups, func(a, b gossip.Update) int { return strings.Compare(a.Name, b.Name) })
-		s.e.flush(n, ups)
+		s.e.hold(n, n.g.core.Changed(now))
 	}
 	return resp, err
+}
+
+// hold keeps a Sync's changed updates until the Limiter's sync round
+// ends (at this same instant), then flushes them call by call as the
+// Gossip did. A round of more than 256 keys goes in several calls, and
+// which keys share a call is the order of a sync.Map's Range, random
+// from run to run; each call has its own UpdateBudget, so which keys
+// go by stream would be too. So the round's updates are sorted by name
+// and dealt back into calls of the same sizes: as many queued and
+// streamed as the Gossip would, chosen by key hash rather than by
+// chance.
+func (e *engine) hold(n *node, ups []gossip.Update) {
+	g := n.g
+	if len(g.calls) == 0 {
+		e.at(e.now, func() { e.flushHeld(n) })
+	}
+	g.held = append(g.held, ups...)
+	g.calls = append(g.calls, len(ups))
+}
+
+func (e *engine) flushHeld(n *node) {
+	g := n.g
+	held := g.held
+	slices.SortFunc(held, func(a, b gossip.Update) int { return strings.Compare(a.Name, b.Name) })
+	for _, c := range g.calls {
+		if n.active {
+			e.flush(n, held[:c])
+		}
+		held = held[c:]
+	}
+	clear(g.held)
+	g.held, g.calls = g.held[:0], g.calls[:0]
 }
 
 // flush is a Gossip's flush: the first UpdateBudget updates join the
