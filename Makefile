@@ -9,10 +9,13 @@ TEST_TIMEOUT        ?= 12m
 .PHONY: test fmt vet staticcheck redis-server bench fuzz demo
 
 # The tests that saturate the CPU on purpose run alone, after the others,
-# whose timing they would starve.
+# whose timing they would starve. The simulator's gossip reality tests
+# run without the race detector, which slows real memberlist and not
+# the simulator (they skip themselves under it).
 test: fmt vet staticcheck redis-server
 	$(GO) test -race -shuffle=on -p 1 -timeout $(TEST_TIMEOUT) ./...
 	HYBRIDLIMIT_SATURATE=1 $(GO) test -race -count=1 -run 'TestStarvedNodeKeepsItsLeases' ./hybrid
+	$(GO) test -count=1 -run 'TestGossipReality' ./sim
 
 # gofmt -l lists files that need formatting; any output fails the build.
 fmt:

@@ -20,9 +20,10 @@ import (
 // (Updates). Times come from the caller. A Core is not safe for
 // concurrent use.
 type Core struct {
-	tab *table
-	enc encoder
-	msg message // Receive's, reused
+	tab  *table
+	snap int // MaxSnapshotKeys
+	enc  encoder
+	msg  message // Receive's, reused
 }
 
 // An Update is one key's entry, encoded for the wire. A newer Update with
@@ -34,9 +35,9 @@ type Update struct {
 }
 
 // NewCore returns the state of node name, which must not be empty. Of
-// cfg, only Grace, MaxKeys and MaxPeers apply; inc tells this
-// incarnation of the node from earlier ones (a Gossip uses its start
-// time).
+// cfg, only Grace, MaxKeys, MaxPeers and MaxSnapshotKeys apply; inc
+// tells this incarnation of the node from earlier ones (a Gossip uses a
+// random number).
 func NewCore(name string, inc uint64, cfg Config) (*Core, error) {
 	if name == "" {
 		return nil, fmt.Errorf("gossip: NewCore: the name is empty; peers refuse messages from a node without one")
@@ -51,7 +52,7 @@ func NewCore(name string, inc uint64, cfg Config) (*Core, error) {
 
 // newCore returns the state of node cfg.Name for a validated cfg.
 func newCore(cfg *Config, inc uint64) *Core {
-	return &Core{tab: newTable(cfg.Name, inc, cfg)}
+	return &Core{tab: newTable(cfg.Name, inc, cfg), snap: cfg.MaxSnapshotKeys}
 }
 
 // Name is the node's name.
@@ -114,6 +115,15 @@ func (c *Core) encode(k *key) []byte {
 	c.enc.section(c.tab.self.name, c.tab.self.inc)
 	c.enc.entry(&k.own)
 	return append([]byte(nil), c.enc.finish()...)
+}
+
+// Snapshot is this node's side of a push/pull, as a Gossip's memberlist
+// delegate sends it: every active entry the node knows, its own first,
+// relayed from any origin, at most MaxSnapshotKeys of them; nil if none.
+func (c *Core) Snapshot(now time.Time) []byte {
+	var w encoder
+	b := c.tab.snapshot(&w, c.snap, instantOf(now))
+	return append([]byte(nil), b...)
 }
 
 // Farewell returns the message a node sends its peers when it leaves on

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -311,16 +312,28 @@ func incarnation() uint64 {
 	return max(binary.LittleEndian.Uint64(b[:])>>11, 1)
 }
 
-// budget is how many single-key updates memberlist's gossip can carry
-// per interval: gossip rounds per interval, times packets per round,
-// times updates per packet, divided by the transmissions each update
-// takes.
+// budget is UpdateBudget for this node's Config and fleet.
 func (g *Gossip) budget(interval time.Duration) int {
-	rounds := max(1, int(interval/g.cfg.GossipInterval))
-	packet := 1400 - 2 - len(g.cfg.Label) - 2 - 64 // header, label, encryption
-	per := packet / (updateOverhead + len(g.cfg.Name))
-	transmits := Transmissions(g.cfg.RetransmitMult, int(g.nodes.Load()))
-	return rounds * g.cfg.GossipNodes * per / max(1, transmits)
+	return UpdateBudget(g.cfg, int(g.nodes.Load()), interval)
+}
+
+// UpdateBudget is how many single-key updates memberlist's gossip can
+// carry per sync interval for a node of c (its Name, Label,
+// GossipInterval, GossipNodes and RetransmitMult; zero ones mean their
+// defaults) in a fleet of nodes: gossip rounds per interval, times
+// packets per round, times updates per packet, divided by the
+// transmissions each update takes. A Gossip queues at most this many of
+// a sync's changed keys for gossip and sends the rest in stream batches
+// to every member.
+func UpdateBudget(c Config, nodes int, interval time.Duration) int {
+	c.GossipInterval = cmp.Or(c.GossipInterval, DefaultGossipInterval)
+	c.GossipNodes = cmp.Or(c.GossipNodes, DefaultGossipNodes)
+	c.RetransmitMult = cmp.Or(c.RetransmitMult, DefaultRetransmitMult)
+	rounds := max(1, int(interval/c.GossipInterval))
+	packet := 1400 - 2 - len(c.Label) - 2 - 64 // header, label, encryption
+	per := packet / (updateOverhead + len(c.Name))
+	transmits := Transmissions(c.RetransmitMult, nodes)
+	return rounds * c.GossipNodes * per / max(1, transmits)
 }
 
 // Transmissions is how many times an update is gossiped in a fleet of

@@ -1,8 +1,10 @@
 package gossip
 
 import (
+	"cmp"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/global"
@@ -349,6 +351,12 @@ func (t *table) snapshot(w *encoder, max int, now instant) []byte {
 	if n == 0 {
 		return nil
 	}
+	// The origins in a fixed order, not the map's: a receiver lists a
+	// key's peers in the order it merges them, and sums their shares in
+	// that order, so the simulator, which runs this, repeats itself.
+	slices.SortFunc(order[1:], func(a, b origin) int {
+		return cmp.Or(strings.Compare(a.p.name, b.p.name), cmp.Compare(a.inc, b.inc))
+	})
 	w.header(kindState)
 	for _, o := range order {
 		if len(groups[o]) == 0 {

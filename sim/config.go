@@ -52,8 +52,12 @@ type Config struct {
 	// Backend is the fleet the nodes sync with: "redis" (default), a
 	// Redis-like store every node reaches in RTT; or "gossip", the gossip
 	// package's own state (gossip.Core) on every node, over a simulated
-	// network that delivers each update to GossipFanout random peers per
-	// GossipInterval round, several rounds over, as memberlist does.
+	// memberlist that sends what a gossip.Gossip sends as memberlist
+	// does: each GossipInterval a packet of at most 1,400 bytes to each
+	// of GossipFanout random members, filled from a transmit-limited
+	// queue whose updates count one transmission per packet; what
+	// overflows gossip.UpdateBudget by stream to every member; probes,
+	// push/pulls and failure detection on the gossip package's timings.
 	Backend string
 
 	// GossipDelay is a gossip message's one-way delay. Default RTT/2.

@@ -3,13 +3,13 @@ package sim_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 // TestMain fails the package if a goroutine outlives the tests: a run must
-// leave no sync waiting in the simulated store.
+// leave no sync waiting in the simulated store. Memberlist's probes of
+// the reality tests' fleets may outlive them by their timeout.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, redistest.LeakOptions()...)
+	gossiptest.VerifyTestMain(m, redistest.LeakOptions()...)
 }

@@ -65,6 +65,12 @@ type Result struct {
 	// estimate of the Redis requests, or every gossip message sent.
 	SyncBytes float64 `json:"sync_bytes_per_s"`
 
+	// Coverage, over gossip, is the share of (peer, update) pairs in
+	// which the peer heard a node's update of a key, or a newer one,
+	// within 300 ms of the sync that made it, in percent: how far gossip
+	// carries the fleet's news. Zero over Redis.
+	Coverage float64 `json:"gossip_coverage_pct,omitempty"`
+
 	// Converge is how long after the scenario's last change the fleet
 	// admitted within 5% of the limit of the ideal, in every window for
 	// two windows running; zero when nothing changed.
@@ -154,6 +160,7 @@ func (m *metrics) result(e *engine) *Result {
 	secs := c.Duration.Seconds()
 	r.SyncOps = round(float64(m.syncKeys) / secs)
 	r.SyncBytes = round(float64(m.syncBytes) / secs)
+	r.Coverage = round(e.cov.percent())
 	if len(e.changes) > 0 {
 		r.Converge = Duration(m.converge(e.changes[len(e.changes)-1], c.Limit))
 	}
@@ -215,6 +222,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		time.Duration(r.RTT), time.Duration(r.Duration), r.Seed,
 		r.Offered, r.Admitted, r.Ideal, 100*float64(r.Admitted)/math.Max(1, float64(r.Ideal)),
 		r.Overshoot, r.OvershootWorst, r.FalseRejection, r.UnderLimit, r.SyncOps, r.SyncBytes)
+	if err == nil && r.Backend == "gossip" {
+		_, err = fmt.Fprintf(w, "  gossip coverage       %11.3f%%   of (peer, update) pairs heard within 300 ms\n", r.Coverage)
+	}
 	if err == nil && r.Converge > 0 {
 		_, err = fmt.Fprintf(w, "  converged             %12v   after the last change\n", time.Duration(r.Converge))
 	}

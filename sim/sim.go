@@ -22,14 +22,17 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 type kind uint8
 
 const (
-	arrival    kind = iota // a request reaches a node
-	syncDue                // a node's sync interval is up
-	earlyDue               // a node's early sync, asked for by a key running low
-	reach                  // a sync reaches the store
-	answer                 // the store's answer reaches the node
-	change                 // the scenario changes the fleet or the network
-	gossipTick             // a node's gossip round
-	deliver                // a gossip message reaches a node
+	arrival      kind = iota // a request reaches a node
+	syncDue                  // a node's sync interval is up
+	earlyDue                 // a node's early sync, asked for by a key running low
+	reach                    // a sync reaches the store
+	answer                   // the store's answer reaches the node
+	change                   // the scenario changes the fleet or the network
+	gossipTick               // a node's gossip round
+	mergeTick                // a node's Gossip merge-loop tick: refreshes, garbage
+	probeTick                // a node's memberlist probe
+	pushPullTick             // a node's memberlist push/pull
+	deliver                  // a gossip packet or stream reaches a node
 )
 
 // event is one thing that happens at a virtual time.
@@ -40,7 +43,8 @@ type event struct {
 	node int
 	gen  int // arrival: the node's generation it was drawn in
 	op   *op
-	msg  []byte // deliver: the message
+	msgs [][]byte  // deliver: the messages
+	vers []version // deliver: what they carry, for the coverage figure
 	fn   func()
 }
 
@@ -100,6 +104,9 @@ type engine struct {
 	live    int     // nodes in the fleet now
 	weight  float64 // their weights' sum: the load balancer's split
 	changes []int64 // when the scenario changed the fleet or the network
+
+	cov     *coverage // gossip only
+	peerBuf []int     // targets', reused
 }
 
 // Run simulates cfg and measures the fleet against an ideal single
@@ -119,6 +126,9 @@ func Run(cfg Config) (*Result, error) {
 	e.ideal, err = local.New(local.Config{Algorithm: cfg.Algorithm, Limit: cfg.Limit, Window: cfg.Window, Clock: e.clk, MaxKeys: 1 << 20})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Backend == "gossip" {
+		e.cov = newCoverage(cfg.Nodes+1, epoch.UnixMilli(), int64(cfg.Duration)) // churn adds a node
 	}
 	if err := e.scenario(); err != nil {
 		return nil, err
@@ -307,10 +317,14 @@ func (e *engine) step(ev *event) {
 		ev.fn()
 	case gossipTick:
 		e.gossipRound(ev.node)
+	case mergeTick:
+		e.mergeTick(ev.node)
+	case probeTick:
+		e.probe(ev.node)
+	case pushPullTick:
+		e.pushPull(ev.node)
 	case deliver:
-		if n := e.nodes[ev.node]; n.active {
-			_ = n.g.core.Receive(ev.msg, e.clk.Now())
-		}
+		e.receive(ev)
 	}
 }
 

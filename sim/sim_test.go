@@ -43,22 +43,35 @@ func deterministic(t *testing.T, cfg sim.Config) {
 }
 
 // TestGossipOvershootGrowsWithInterval checks the simulator's gossip
-// network against what the accuracy model predicts: the longer the sync
-// interval, the more the worst window overshoots. It stops at half the
-// window: from there on a capped lease waits a whole interval for its
-// refill, and false rejection, not overshoot, is what grows (docs/tuning.md).
+// network against what the accuracy model predicts: syncing less often
+// than 25 ms, the worst window overshoots more. Past 100 ms it need not
+// grow further: from there on a capped lease waits a whole interval for
+// its refill, and false rejection, not overshoot, is what grows
+// (docs/tuning.md). The worst window is one window's luck, so each
+// interval's is the mean over three seeds; between 100 ms and 500 ms it
+// went either way seed by seed even on the kinder model before
+// memberlist's per-peer transmit count (seed 5: 2.2% at 100 ms, 0.2% at
+// 500 ms), and does on this one (seeds 1-5 at 100 ms: 3.6, 2.35, 3.05,
+// 1.95, 3.05%; at 500 ms: 2.25, 5.0, 4.85, 1.4, 2.55%).
 func TestGossipOvershootGrowsWithInterval(t *testing.T) {
 	t.Parallel()
-	last := -1.0
-	for _, iv := range []time.Duration{25 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond} {
-		r, err := sim.Run(sim.Config{Backend: "gossip", Interval: iv, Duration: 30 * time.Second})
-		require.NoError(t, err)
-		t.Logf("gossip, sync every %v: worst window %.2f%% over the limit, overshoot %.2f%%, false rejection %.2f%%", iv, r.OvershootWorst, r.Overshoot, r.FalseRejection)
-		assert.Greater(t, r.OvershootWorst, last, "at %v", iv)
-		// Measured 1.15%, 1.75% and 3.90%; with no gossip delivered at
+	var first float64
+	for i, iv := range []time.Duration{25 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond} {
+		var worst, over, falseRej float64
+		for seed := uint64(1); seed <= 3; seed++ {
+			r, err := sim.Run(sim.Config{Backend: "gossip", Interval: iv, Duration: 30 * time.Second, Seed: seed})
+			require.NoError(t, err)
+			worst, over, falseRej = worst+r.OvershootWorst/3, over+r.Overshoot/3, falseRej+r.FalseRejection/3
+		}
+		t.Logf("gossip, sync every %v: worst window %.2f%% over the limit, overshoot %.2f%%, false rejection %.2f%% (mean of 3 seeds)", iv, worst, over, falseRej)
+		if i == 0 {
+			first = worst
+		} else {
+			assert.Greater(t, worst, first, "at %v, against 25 ms", iv)
+		}
+		// Measured 1.00%, 3.00% and 4.03%; with no gossip delivered at
 		// all, every node spends its whole share alone: about 105%.
-		assert.Less(t, r.OvershootWorst, 10.0, "at %v: the peers' counts arrive", iv)
-		last = r.OvershootWorst
+		assert.Less(t, worst, 10.0, "at %v: the peers' counts arrive", iv)
 	}
 }
 
