@@ -1,0 +1,83 @@
+package global_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/faultnet"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+// crowd writes into the state of each of keys nodes other live nodes,
+// seen just now: each key's lease then reads 4*nodes fields more.
+func crowd(t *testing.T, c *redis.Client, keys []string, nodes int) {
+	t.Helper()
+	ctx := context.Background()
+	now := redisNow(t, c).UnixMicro()
+	pipe := c.Pipeline()
+	for _, key := range keys {
+		fields := []any{}
+		for n := range nodes {
+			o := fmt.Sprint("other-", n)
+			fields = append(fields, "s:"+o, now, "d:"+o, 1, "l:"+o, 0, "g:"+o, now)
+		}
+		pipe.HSet(ctx, global.RedisKeyForTest("hl:", key, "lease"), fields...)
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+}
+
+// TestLeaseBatchRoundTripsBounded syncs 192 keys of 101 nodes each, on a
+// Redis 20 ms away: a call runs about six of them before its work
+// budget, so most keys are left to later calls. Those must go out
+// together, in a round trip or two more, not six keys a call and a call
+// per 48 keys left, pass after pass: the sync took 17 round trips
+// (360 ms at 20 ms each) where one pipeline of a script per key took one.
+func TestLeaseBatchRoundTripsBounded(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	p, err := faultnet.NewProxy(s.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	o := s.Options()
+	o.Addr, o.ContextTimeoutEnabled = p.Addr(), true
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	counter := &pipelineCounter{byNode: map[string]int{}}
+	c.AddHook(counter.hook("redis"))
+	r := newSyncer(t, c)
+	ctx := context.Background()
+
+	lim := global.Limit{Limit: 1_000_000, Window: time.Minute}
+	req := &global.Request{Node: "n", Interval: time.Second}
+	var keys []string
+	for i := range 192 {
+		keys = append(keys, fmt.Sprint("k", i))
+		req.Keys = append(req.Keys, global.Usage{Key: keys[i], Limit: lim, Demand: 10})
+	}
+	crowd(t, s.Client(t), keys, 100)
+	_, err = r.Sync(ctx, oneKey("warm")) // the script is loaded
+	require.NoError(t, err)
+
+	p.SetDelay(10 * time.Millisecond)
+	counter.reset()
+	start := time.Now()
+	resp, err := r.Sync(ctx, req)
+	elapsed := time.Since(start)
+	require.NoError(t, err)
+	for i, g := range resp.Grants {
+		if assert.NoError(t, g.Err, "key %d", i) {
+			assert.Equal(t, 101, g.Nodes, "key %d", i)
+		}
+	}
+	trips := counter.reset()["redis"]
+	t.Logf("192 keys of 101 nodes, 20 ms away: %d round trips, %v", trips, elapsed)
+	assert.LessOrEqual(t, trips, 3, "round trips")
+}
