@@ -3,6 +3,7 @@ package global_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,4 +81,91 @@ func TestLeaseBatchRoundTripsBounded(t *testing.T) {
 	trips := counter.reset()["redis"]
 	t.Logf("192 keys of 101 nodes, 20 ms away: %d round trips, %v", trips, elapsed)
 	assert.LessOrEqual(t, trips, 3, "round trips")
+}
+
+// armHook makes the proxy lose the reply of the pipeline after the one
+// it is armed at: a reply lost in a sync's second round trip.
+type armHook struct {
+	p     *faultnet.Proxy
+	armed atomic.Bool
+}
+
+func (h *armHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *armHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *armHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if h.armed.CompareAndSwap(true, false) {
+			h.p.LoseReplies(1)
+		}
+		return err
+	}
+}
+
+// TestLostBatchReplyCountsOnce loses the reply of a lease batch, after
+// Redis ran it: 48 keys in one call, then keys of many nodes whose
+// second round trip's reply is lost. Every key whose reply was lost
+// fails as unreachable (and no other), and its node's next report, of
+// the same series, counts once: no key is applied twice, none dropped.
+func TestLostBatchReplyCountsOnce(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	p, err := faultnet.NewProxy(s.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	o := s.Options()
+	o.Addr, o.ContextTimeoutEnabled = p.Addr(), true
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	arm := &armHook{p: p}
+	c.AddHook(arm)
+	r := newSyncer(t, c)
+	ctx := context.Background()
+	lim := global.Limit{Limit: 1000, Window: 24 * time.Hour} // no refill to speak of
+
+	request := func(prefix string, n int) *global.Request {
+		req := &global.Request{Node: "n", Interval: time.Second}
+		for i := range n {
+			req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint(prefix, i), Limit: lim,
+				Consumed: 10, Demand: 1, Series: 7, Total: 10})
+		}
+		return req
+	}
+	_, err = r.Sync(ctx, oneKey("warm")) // the script is loaded
+	require.NoError(t, err)
+
+	light := request("light-", 48)
+	p.LoseReplies(1)
+	_, err = r.Sync(ctx, light)
+	require.ErrorIs(t, err, global.ErrUnreachable, "a call of 48 keys whose reply is lost")
+
+	heavy := request("heavy-", 24)
+	var names []string
+	for _, u := range heavy.Keys {
+		names = append(names, u.Key)
+	}
+	crowd(t, s.Client(t), names, 100) // some six keys a call
+	arm.armed.Store(true)
+	resp, err := r.Sync(ctx, heavy)
+	require.NoError(t, err, "the first round trip's grants stand")
+	lost := 0
+	for i, g := range resp.Grants {
+		if g.Err != nil {
+			assert.ErrorIs(t, g.Err, global.ErrUnreachable, "key %d", i)
+			lost++
+		}
+	}
+	t.Logf("24 keys of 101 nodes: %d lost in the second round trip", lost)
+	assert.Positive(t, lost, "keys lost in the second round trip")
+	assert.Less(t, lost, 24, "keys granted in the first")
+
+	for _, req := range []*global.Request{light, heavy} {
+		resp, err := r.Sync(ctx, req) // sent again: the same series, the same Total
+		require.NoError(t, err)
+		for i, g := range resp.Grants {
+			if assert.NoError(t, g.Err, "key %s", req.Keys[i].Key) {
+				assert.Equal(t, int64(10), g.Used-g.Lease, "key %s: its report counted once", req.Keys[i].Key)
+			}
+		}
+	}
 }
