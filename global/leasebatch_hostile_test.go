@@ -169,3 +169,35 @@ func TestLostBatchReplyCountsOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedLeaseKeepsReserve: a key's lease that fails on another
+// node's corrupt field must leave the key as it found it. It deleted its
+// node's reserve (p:<node>, charged as spent while the node was silent)
+// before reading the other nodes, so once the field was written again
+// (the other node's own sync does) the node's report was charged in
+// full, its silence charged twice: 110 used for 60 spent, 50 reserved.
+func TestFailedLeaseKeepsReserve(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := s.Client(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	lim := global.Limit{Limit: 1000, Window: 24 * time.Hour} // no refill to speak of
+	key := global.RedisKeyForTest("hl:", "k", "lease")
+	now := redisNow(t, c).UnixMicro()
+	// 50 reserved for n, charged as spent; another node live, its
+	// demand garbage.
+	require.NoError(t, c.HSet(ctx, key, "tokens", 950, "ts", now, "p:n", 50, "s:other", now, "d:other", "nan").Err())
+	req := &global.Request{Node: "n", Interval: time.Second,
+		Keys: []global.Usage{{Key: "k", Limit: lim, Consumed: 60, Series: 1, Total: 60}}}
+	resp, err := r.Sync(ctx, req)
+	require.NoError(t, err)
+	require.ErrorIs(t, resp.Grants[0].Err, global.ErrCorrupt)
+
+	require.NoError(t, c.HSet(ctx, key, "d:other", 5).Err()) // healed
+	resp, err = r.Sync(ctx, req)                             // the same report again
+	require.NoError(t, err)
+	g := resp.Grants[0]
+	require.NoError(t, g.Err)
+	assert.Equal(t, int64(60), g.Used, "60 spent, 50 of them reserved and charged already")
+}
