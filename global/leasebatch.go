@@ -59,13 +59,24 @@ const leaseArgs = 10
 // batchWork it runs no more keys (see keyWork): the reply is shorter,
 // and the keys left out are untouched. A key whose state is corrupt, or
 // that a command refuses, fails alone: its lease runs under pcall, and
-// its error is its reply. (Lua scripts are not transactions: what a
-// failed key's lease wrote before its error stays, as it did when each
-// key had a script of its own.)
+// its error is its reply. (Lua scripts are not transactions: a lease
+// reads and checks every field before it writes, but for the fields of
+// nodes long gone, deleted as they are read; what a failed key's lease
+// wrote before its error stays.) Out of memory it runs no key: the whole
+// call answers OOM.
 var leaseBatch = redis.NewScript(storedNum + leaseCommon + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
 local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local steps, none = stepsOf(5), {}
 local at = 6 + #steps
+-- Out of memory (maxmemory, noeviction), Redis refuses a script's
+-- writes only until its first: after one key's lease wrote (forgetting
+-- a node long gone, which Redis allows), every later key's would be
+-- taken, and under pcall the batch goes on to them. So the batch asks
+-- first, with a write that changes nothing (SETRANGE of nothing creates
+-- no key and changes no string; a hash answers WRONGTYPE), and runs no
+-- key out of memory.
+local oom = redis.pcall('SETRANGE', KEYS[2], 0, '')
+if type(oom) == 'table' and oom.err and string.sub(oom.err, 1, 4) == 'OOM ' then return oom end
 local out = {}
 for i = 1, #KEYS / 2 do
   if (i - 1) * ` + strconv.Itoa(keyWork) + ` + scanned >= ` + strconv.Itoa(batchWork) + ` then break end

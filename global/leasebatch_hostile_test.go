@@ -201,3 +201,49 @@ func TestFailedLeaseKeepsReserve(t *testing.T) {
 	require.NoError(t, g.Err)
 	assert.Equal(t, int64(60), g.Used, "60 spent, 50 of them reserved and charged already")
 }
+
+// TestOutOfMemoryBatchWritesNothingNew: Redis is out of memory under
+// noeviction, and a call's first key forgets a node long gone (an HDEL,
+// a write Redis allows out of memory). Redis refuses a script's writes
+// out of memory only until its first write: a lease batch that went on
+// to its other keys under pcall wrote them all, 20 new keys' state
+// created past maxmemory in one call, where a script per key was
+// refused for each. No key's state may be created out of memory, and
+// the keys refused fail as unreachable.
+func TestOutOfMemoryBatchWritesNothingNew(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := s.Client(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	lim := global.Limit{Limit: 100, Window: time.Second}
+	req := &global.Request{Node: "n", Interval: 100 * time.Millisecond,
+		Keys: []global.Usage{{Key: "old", Limit: lim, Demand: 5}}}
+	for i := range 20 {
+		req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("new-", i), Limit: lim, Demand: 5})
+	}
+	_, err := r.Sync(ctx, oneKey("warm")) // the script is loaded
+	require.NoError(t, err)
+	gone := redisNow(t, c).Add(-time.Hour).UnixMicro()
+	require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", "old", "lease"), "s:gone", gone, "d:gone", 1).Err())
+
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
+	resp, err := r.Sync(ctx, req)
+	created := 0
+	for _, u := range req.Keys[1:] {
+		n, xerr := c.Exists(ctx, global.RedisKeyForTest("hl:", u.Key, "lease")).Result()
+		require.NoError(t, xerr)
+		created += int(n)
+	}
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "0").Err())
+	t.Logf("out of memory: %d of 20 new keys' state created; Sync: %v", created, err)
+	assert.Zero(t, created, "new keys' state created out of memory")
+	if err == nil {
+		for i, g := range resp.Grants[1:] {
+			assert.ErrorIs(t, g.Err, global.ErrUnreachable, "new key %d", i)
+		}
+	} else {
+		assert.ErrorIs(t, err, global.ErrUnreachable)
+	}
+}
