@@ -132,12 +132,12 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 	for i := range all {
 		all[i] = i
 	}
-	pending := []leftOver{{all, batchKeys}}
+	pending := []leftOver{{all, batchKeys, false}}
 	bySlot := r.crossSlot.Load()
 	for pass := 0; len(pending) > 0; pass++ {
 		var groups [][]int
 		for _, l := range mergeLeft(pending) {
-			groups = append(groups, r.groups(items, l.keys, bySlot, l.most)...)
+			groups = append(groups, r.groups(items, l.keys, bySlot, l.most, l.grow)...)
 		}
 		calls := make([]scriptCall, len(groups))
 		for j, g := range groups {
@@ -159,7 +159,7 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 				// running it: from now on, every call carries keys of
 				// one slot.
 				r.crossSlot.Store(true)
-				next = append(next, leftOver{g, batchKeys})
+				next = append(next, leftOver{g, batchKeys, false})
 				continue
 			}
 			ran := len(g)
@@ -170,7 +170,9 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 				r.grant(req, &items[i], res, k, resp)
 			}
 			if ran < len(g) { // not run: over the batch's work
-				next = append(next, leftOver{g[ran:], ran})
+				// One key alone spent the budget: nothing says how
+				// heavy the others are.
+				next = append(next, leftOver{g[ran:], ran, ran == 1})
 			}
 		}
 		bySlot = r.crossSlot.Load()
@@ -188,22 +190,34 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 // finish a few keys a call, leaving most of them to yet another round
 // trip (TestLeaseBatchRoundTripsBounded: 192 keys of 101 nodes took 16
 // round trips).
+//
+// A batch that ran one key says nothing of the keys it left: all as
+// heavy, they are best sent a key a call, but light keys left behind one
+// heavy key would then take a call each (480 keys, each 48th of 700
+// nodes: 480 script calls). Their calls carry one key, then two, four,
+// and so on up to batchKeys (grow): 25 calls then, and keys all of 700
+// nodes take a few more round trips.
 type leftOver struct {
 	keys []int
 	most int
+	grow bool
 }
 
 // mergeLeft merges the keys of left that are to go out as many a call,
 // so that keys of one slot left by different calls share a call again.
 func mergeLeft(left []leftOver) []leftOver {
 	var out []leftOver
-	at := map[int]int{} // most -> its place in out
+	type how struct {
+		most int
+		grow bool
+	}
+	at := map[how]int{} // -> its place in out
 	for _, l := range left {
-		j, ok := at[l.most]
+		j, ok := at[how{l.most, l.grow}]
 		if !ok {
 			j = len(out)
-			at[l.most] = j
-			out = append(out, leftOver{most: l.most})
+			at[how{l.most, l.grow}] = j
+			out = append(out, leftOver{most: l.most, grow: l.grow})
 		}
 		out[j].keys = append(out[j].keys, l.keys...)
 	}
@@ -227,9 +241,10 @@ func (r *Redis) grant(req *Request, it *leaseItem, res callResult, k int, resp *
 // groups splits the keys pending, indices of items, into lease batches
 // by where the client runs a call (see Sync): any keys together on a
 // single Redis, unless bySlot; keys of one slot on a Cluster; one key a
-// call on any other client. No batch carries more than most keys, nor
-// than batchKeys.
-func (r *Redis) groups(items []leaseItem, pending []int, bySlot bool, most int) [][]int {
+// call on any other client. A batch carries at most most keys, or if
+// grow, the first (of a slot) most and each next one twice as many;
+// none more than batchKeys.
+func (r *Redis) groups(items []leaseItem, pending []int, bySlot bool, most int, grow bool) [][]int {
 	most = max(1, min(most, batchKeys))
 	var out [][]int
 	switch r.cfg.Client.(type) {
@@ -242,24 +257,35 @@ func (r *Redis) groups(items []leaseItem, pending []int, bySlot bool, most int) 
 		}
 		return out
 	}
+	next := func(n int) int { // the size of the batch after one of n (see leftOver)
+		if grow {
+			return min(2*n, batchKeys)
+		}
+		return n
+	}
 	if !bySlot {
-		for len(pending) > 0 {
-			n := min(most, len(pending))
+		for size := most; len(pending) > 0; size = next(size) {
+			n := min(size, len(pending))
 			out = append(out, pending[:n:n])
 			pending = pending[n:]
 		}
 		return out
 	}
-	open := map[int]int{} // slot -> its batch in out still open
+	type open struct{ at, size int } // a slot's batch in out still open, and its size
+	opens := map[int]open{}
 	for _, i := range pending {
 		slot := redisslot.Of(items[i].base)
-		j, ok := open[slot]
-		if !ok || len(out[j]) == most {
-			j = len(out)
-			open[slot] = j
+		o, ok := opens[slot]
+		if !ok || len(out[o.at]) == o.size {
+			size := most
+			if ok {
+				size = next(o.size)
+			}
+			o = open{len(out), size}
+			opens[slot] = o
 			out = append(out, make([]int, 0, 1))
 		}
-		out[j] = append(out[j], i)
+		out[o.at] = append(out[o.at], i)
 	}
 	return out
 }

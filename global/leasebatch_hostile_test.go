@@ -247,3 +247,40 @@ func TestOutOfMemoryBatchWritesNothingNew(t *testing.T) {
 		assert.ErrorIs(t, err, global.ErrUnreachable)
 	}
 }
+
+// TestLeaseBatchLightBehindHeavy syncs 480 keys, each 48th of 700 nodes
+// and first of its call, which it runs alone: the 47 light keys it
+// leaves must still share calls, not take one each (480 script calls
+// when the keys left went out as many a call as their batch ran).
+func TestLeaseBatchLightBehindHeavy(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := s.DeadlineClient(t)
+	counter := &pipelineCounter{byNode: map[string]int{}}
+	c.AddHook(counter.hook("redis"))
+	r := newSyncer(t, c)
+	ctx := context.Background()
+	lim := global.Limit{Limit: 1_000_000, Window: time.Minute}
+	req := &global.Request{Node: "n", Interval: time.Second}
+	var heavy []string
+	for i := range 480 {
+		req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("k", i), Limit: lim, Demand: 10})
+		if i%48 == 0 {
+			heavy = append(heavy, req.Keys[i].Key)
+		}
+	}
+	crowd(t, s.Client(t), heavy, 700)
+	_, err := r.Sync(ctx, oneKey("warm")) // the script is loaded
+	require.NoError(t, err)
+	s.ResetStats(t)
+	counter.reset()
+	resp, err := r.Sync(ctx, req)
+	require.NoError(t, err)
+	for i, g := range resp.Grants {
+		assert.NoError(t, g.Err, "key %d", i)
+	}
+	trips, calls := counter.reset()["redis"], scriptCalls(t, s)
+	t.Logf("480 keys, each 48th of 700 nodes: %d round trips, %d script calls", trips, calls)
+	assert.LessOrEqual(t, calls, int64(40), "script calls")
+	assert.LessOrEqual(t, trips, 3, "round trips")
+}
