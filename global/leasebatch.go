@@ -60,13 +60,24 @@ const leaseArgs = 11
 // batchWork it runs no more keys (see keyWork): the reply is shorter,
 // and the keys left out are untouched. A key whose state is corrupt, or
 // that a command refuses, fails alone: its lease runs under pcall, and
-// its error is its reply. (Lua scripts are not transactions: what a
-// failed key's lease wrote before its error stays, as it did when each
-// key had a script of its own.)
+// its error is its reply. (Lua scripts are not transactions: a lease
+// reads and checks every field before it writes, but for the fields of
+// nodes long gone, deleted as they are read; what a failed key's lease
+// wrote before its error stays.) Out of memory it runs no key: the whole
+// call answers OOM.
 var leaseBatch = redis.NewScript(storedNum + leaseCommon + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
 local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local steps, none = stepsOf(5), {}
 local at = 6 + #steps
+-- Out of memory (maxmemory, noeviction), Redis refuses a script's
+-- writes only until its first: after one key's lease wrote (forgetting
+-- a node long gone, which Redis allows), every later key's would be
+-- taken, and under pcall the batch goes on to them. So the batch asks
+-- first, with a write that changes nothing (SETRANGE of nothing creates
+-- no key and changes no string; a hash answers WRONGTYPE), and runs no
+-- key out of memory.
+local oom = redis.pcall('SETRANGE', KEYS[2], 0, '')
+if type(oom) == 'table' and oom.err and string.sub(oom.err, 1, 4) == 'OOM ' then return oom end
 local out = {}
 for i = 1, #KEYS / 2 do
   if (i - 1) * ` + strconv.Itoa(keyWork) + ` + scanned >= ` + strconv.Itoa(batchWork) + ` then break end
@@ -119,13 +130,22 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 		items = append(items, it)
 	}
 	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == Equal)}, fallbackArgs(req.Fallback)...)
-	pending := make([]int, len(items))
-	for i := range pending {
-		pending[i] = i
+	all := make([]int, len(items))
+	for i := range all {
+		all[i] = i
 	}
+	pending := []leftOver{{all, batchKeys, false}}
 	bySlot := r.crossSlot.Load()
 	for pass := 0; len(pending) > 0; pass++ {
-		groups := r.groups(items, pending, bySlot)
+		var groups [][]int
+		var grown []bool // groups[j] came from keys left to grow (see leftOver)
+		for _, l := range mergeLeft(pending) {
+			gs := r.groups(items, l.keys, bySlot, l.most, l.grow)
+			groups = append(groups, gs...)
+			for range gs {
+				grown = append(grown, l.grow)
+			}
+		}
 		calls := make([]scriptCall, len(groups))
 		for j, g := range groups {
 			calls[j] = batchCall(head, items, g)
@@ -134,7 +154,7 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 		if err != nil && pass == 0 {
 			return nil, err
 		}
-		var next []int
+		var next []leftOver
 		for j, g := range groups {
 			res := callResult{err: err}
 			if err == nil {
@@ -146,21 +166,71 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 				// running it: from now on, every call carries keys of
 				// one slot.
 				r.crossSlot.Store(true)
-				next = append(next, g...)
+				next = append(next, leftOver{g, batchKeys, false})
 				continue
 			}
-			for k, i := range g {
-				if res.err == nil && k >= len(res.items) { // not run: over the batch's work
-					next = append(next, i)
-					continue
-				}
+			ran := len(g)
+			if res.err == nil {
+				ran = len(res.items)
+			}
+			for k, i := range g[:ran] {
 				r.grant(req, &items[i], res, k, resp)
+			}
+			if ran < len(g) { // not run: over the batch's work
+				// One key alone spent the budget: nothing says how
+				// heavy the others are, unless it did so again.
+				next = append(next, leftOver{g[ran:], ran, ran == 1 && !grown[j]})
 			}
 		}
 		bySlot = r.crossSlot.Load()
 		pending = next
 	}
 	return resp, nil
+}
+
+// leftOver is keys, indices of items, that a lease batch did not start,
+// and the most keys a call of them is to carry: as many as that batch
+// ran before its work budget stopped it. The keys a batch leaves are
+// most likely as heavy as those it ran, so each of its calls runs all
+// its keys, and the keys left by one pass all go out in the next one:
+// sent again 48 a call, they would each run as few, and a pass would
+// finish a few keys a call, leaving most of them to yet another round
+// trip (TestLeaseBatchRoundTripsBounded: 192 keys of 101 nodes took 16
+// round trips).
+//
+// A batch that ran one key says nothing of the keys it left: all as
+// heavy, they are best sent a key a call, but light keys left behind one
+// heavy key would then take a call each (480 keys, each 48th of 700
+// nodes: 480 script calls). Their calls carry one key, then two, four,
+// and so on up to batchKeys (grow): 25 calls then. A batch of those
+// that again ran one key alone leaves its keys a key a call, as heavy
+// (96 keys of 700 nodes: 72 round trips sent 48 a call, 19 always
+// growing, 3 so).
+type leftOver struct {
+	keys []int
+	most int
+	grow bool
+}
+
+// mergeLeft merges the keys of left that are to go out as many a call,
+// so that keys of one slot left by different calls share a call again.
+func mergeLeft(left []leftOver) []leftOver {
+	var out []leftOver
+	type how struct {
+		most int
+		grow bool
+	}
+	at := map[how]int{} // -> its place in out
+	for _, l := range left {
+		j, ok := at[how{l.most, l.grow}]
+		if !ok {
+			j = len(out)
+			at[how{l.most, l.grow}] = j
+			out = append(out, leftOver{most: l.most, grow: l.grow})
+		}
+		out[j].keys = append(out[j].keys, l.keys...)
+	}
+	return out
 }
 
 // grant sets in resp the grant of it, the k-th key of a call that
@@ -180,8 +250,11 @@ func (r *Redis) grant(req *Request, it *leaseItem, res callResult, k int, resp *
 // groups splits the keys pending, indices of items, into lease batches
 // by where the client runs a call (see Sync): any keys together on a
 // single Redis, unless bySlot; keys of one slot on a Cluster; one key a
-// call on any other client. No batch carries more than batchKeys.
-func (r *Redis) groups(items []leaseItem, pending []int, bySlot bool) [][]int {
+// call on any other client. A batch carries at most most keys, or if
+// grow, the first (of a slot) most and each next one twice as many;
+// none more than batchKeys.
+func (r *Redis) groups(items []leaseItem, pending []int, bySlot bool, most int, grow bool) [][]int {
+	most = max(1, min(most, batchKeys))
 	var out [][]int
 	switch r.cfg.Client.(type) {
 	case *redis.ClusterClient:
@@ -193,24 +266,35 @@ func (r *Redis) groups(items []leaseItem, pending []int, bySlot bool) [][]int {
 		}
 		return out
 	}
+	next := func(n int) int { // the size of the batch after one of n (see leftOver)
+		if grow {
+			return min(2*n, batchKeys)
+		}
+		return n
+	}
 	if !bySlot {
-		for len(pending) > 0 {
-			n := min(batchKeys, len(pending))
+		for size := most; len(pending) > 0; size = next(size) {
+			n := min(size, len(pending))
 			out = append(out, pending[:n:n])
 			pending = pending[n:]
 		}
 		return out
 	}
-	open := map[int]int{} // slot -> its batch in out still open
+	type open struct{ at, size int } // a slot's batch in out still open, and its size
+	opens := map[int]open{}
 	for _, i := range pending {
 		slot := redisslot.Of(items[i].base)
-		j, ok := open[slot]
-		if !ok || len(out[j]) == batchKeys {
-			j = len(out)
-			open[slot] = j
+		o, ok := opens[slot]
+		if !ok || len(out[o.at]) == o.size {
+			size := most
+			if ok {
+				size = next(o.size)
+			}
+			o = open{len(out), size}
+			opens[slot] = o
 			out = append(out, make([]int, 0, 1))
 		}
-		out[j] = append(out[j], i)
+		out[o.at] = append(out[o.at], i)
 	}
 	return out
 }

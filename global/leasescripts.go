@@ -203,12 +203,13 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   -- holds what was spent since it began, not while the node was silent:
   -- it is charged in full, and the reserve stands for what the old one
   -- spent.
+  -- The reserve is deleted with the lease's other writes, once every
+  -- field is read: a lease that fails on another node's corrupt field
+  -- must not forget it, or the report, sent again, is charged in full.
   local reserved = stored(st[7], 'p:' .. node, 0)
-  if reserved and not behind then
-    if not (series and k and k ~= series) then
-      consumed = math.max(0, consumed - reserved)
-    end
-    redis.call('HDEL', key, 'p:' .. node)
+  local settled = reserved and not behind
+  if settled and not (series and k and k ~= series) then
+    consumed = math.max(0, consumed - reserved)
   end
 
   -- Settle the last lease: unspent tokens of a live lease come back; spending
@@ -244,6 +245,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   local lease = grantFrom(tokens, demand, weight, burst, count, most)
   tokens = clampN(tokens - lease)
 
+  if settled then redis.call('HDEL', key, 'p:' .. node) end
   redis.call('HSET', key, 'tokens', tokens, 'ts', now,
     'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now)
   if series then redis.call('HSET', key, 'k:' .. node, series, 'c:' .. node, upto) end
