@@ -52,8 +52,43 @@ func Start(tb testing.TB, n int, tune func(i int, c *gossip.Config)) *Cluster {
 		c.Nodes = append(c.Nodes, g)
 	}
 	tb.Cleanup(c.Close)
+	// Nodes seeded with node-1 learn of the ones that start after them
+	// from memberlist's gossip of their joins, a few transmissions to
+	// random members each, or else from a push-pull every 30 s: on a
+	// machine starved of CPU one node of six still saw three after 10 s.
+	// A node still short after a second or two joins every other node
+	// directly (a push-pull with each), as an operator would.
+	for try := 0; try < 4 && !c.seeAll(n); try++ {
+		time.Sleep(time.Duration(try+1) * 500 * time.Millisecond)
+		for i, g := range c.Nodes {
+			if len(g.Members()) < n {
+				_, _ = g.Join(c.addrsBut(i)...)
+			}
+		}
+	}
 	c.WaitMembers(tb, n, 10*time.Second)
 	return c
+}
+
+// seeAll reports whether every node sees n members.
+func (c *Cluster) seeAll(n int) bool {
+	for _, g := range c.Nodes {
+		if len(g.Members()) != n {
+			return false
+		}
+	}
+	return true
+}
+
+// addrsBut returns every node's gossip address but node i's.
+func (c *Cluster) addrsBut(i int) []string {
+	var out []string
+	for j, g := range c.Nodes {
+		if j != i {
+			out = append(out, g.Addr())
+		}
+	}
+	return out
 }
 
 // Patient is the harness's memberlist tuning: memberlist's own LAN
