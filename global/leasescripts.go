@@ -232,10 +232,17 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   -- Tokens out on other nodes' live leases are not in the bucket, but
   -- will be spent or come back: the bucket refills only to what the burst
   -- leaves beside them, or a fleet idle for a while would hold a full
-  -- bucket and its outstanding leases at once.
+  -- bucket and its outstanding leases at once. At every interval: counted
+  -- only while slack was given (an interval at most an eighth of the
+  -- window), a fleet syncing every second in bursts (1 s at six times the
+  -- limit, 2 s idle) held leases sized to its fading forecasts through
+  -- the idle time beside a full bucket, and admitted 118-126% of the
+  -- ideal on real Redis (TestLongIntervalBursts; simulator, 8 nodes: 128%
+  -- at 1 s, 112% at 500 ms). A lease counted here may be spent already;
+  -- the cost is refusals: at 500 ms the simulator's bursts refuse 8% of
+  -- what the ideal admits, where the overshoot had hidden 1.5%.
   local most = slackOf(limit, window, interval)
-  local horizon = nil
-  if most > 0 then horizon = now - 2 * interval end
+  local horizon = now - 2 * interval
   local grace = steps[#steps - 1] or 0
   local keep = math.max(stale + math.min(window, 100 * interval), grace + 2 * interval)
   local total, count, out, silent = nodes(key, node, now, stale, keep, demand, horizon)

@@ -177,8 +177,8 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		}
 		count++
 		total += o.demand
-		if slack > 0 && o.granted >= now-2*interval {
-			out += o.lease // live (token bucket; granted is a time there)
+		if o.granted >= now-2*interval {
+			out += o.lease // live (token bucket; granted is a time there), at any interval
 		}
 	}
 	weight := 1 / float64(count)
