@@ -76,7 +76,9 @@ func TestGossipOvershootGrowsWithInterval(t *testing.T) {
 }
 
 // TestOneNodeIsIdeal checks that a fleet of one matches the ideal limiter
-// fed the same arrivals, over both backends: a token bucket within 0.5%,
+// fed the same arrivals, over both backends: a token bucket within 0.4%
+// (gossip was 0.45-0.52% short, its bucket refilled before its lease
+// was charged: see settleBucket in gossip/grant.go),
 // a sliding window at least 99% of the ideal and never above it. A
 // sliding window's lease lapses at each window's edge; what the previous
 // window's weight frees until then comes as a paced lease (see
@@ -91,7 +93,7 @@ func TestOneNodeIsIdeal(t *testing.T) {
 			t.Logf("%s %v: admitted %d, ideal %d (%.2f%%), overshoot %.3f%%, false rejection %.3f%%",
 				backend, alg, r.Admitted, r.Ideal, 100*float64(r.Admitted)/float64(r.Ideal), r.Overshoot, r.FalseRejection)
 			if alg == local.TokenBucket {
-				assert.InEpsilon(t, r.Ideal, r.Admitted, 0.005, "%s: within 0.5%% of the ideal", backend)
+				assert.InEpsilon(t, r.Ideal, r.Admitted, 0.004, "%s: within 0.4%% of the ideal", backend)
 			} else {
 				assert.GreaterOrEqual(t, float64(r.Admitted), 0.99*float64(r.Ideal), backend)
 				assert.LessOrEqual(t, r.Admitted, r.Ideal, backend)
