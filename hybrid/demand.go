@@ -23,7 +23,10 @@ func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 	offered := float64(m.s0-k.spentSeen) + float64(m.refused-k.refusedSeen)
 	k.spentSeen, k.refusedSeen = m.s0, m.refused
 	dt := now - k.forecastAt
-	if dt <= 0 {
+	// A new key synced at the instant it was made (on a virtual clock;
+	// on the wall clock some microseconds pass) still counts its first
+	// request: its rate is at least that over a quarter interval.
+	if dt <= 0 && k.hasGrant.Load() {
 		return
 	}
 	k.forecastAt = now

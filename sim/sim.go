@@ -70,17 +70,18 @@ func (q *queue) Pop() any {
 // node is one simulated fleet member: a real hybrid.Limiter on the
 // virtual clock.
 type node struct {
-	i      int // its index in engine.nodes
-	l      *hybrid.Limiter
-	weight float64 // its part of the offered load while active
-	active bool
-	busy   bool // a sync is in flight
-	due    bool // a regular sync came due while busy: it runs when the node is free
-	group  int  // 0: reaches the store; over gossip, reaches its group only
-	g      *gossipNode
-	early  bool  // an early sync is scheduled
-	synced int64 // when its last sync started
-	gen    int   // bumps when its arrivals are rescheduled
+	i       int // its index in engine.nodes
+	l       *hybrid.Limiter
+	weight  float64 // its part of the offered load while active
+	active  bool
+	busy    bool // a sync is in flight
+	due     bool // a regular sync came due while busy: it runs when the node is free
+	group   int  // 0: reaches the store; over gossip, reaches its group only
+	g       *gossipNode
+	early   bool  // an early sync is scheduled
+	earlyAt int64 // when: an earlyDue event for another time is stale
+	synced  int64 // when its last sync started
+	gen     int   // bumps when its arrivals are rescheduled
 }
 
 // engine runs one simulation.
@@ -339,24 +340,34 @@ func (e *engine) arrive(ev *event) {
 		k = e.pick()
 	}
 	key := e.keys[k]
+	held := n.l.Len()
 	d, err := n.l.Allow(key)
 	ok := err == nil && d.Allowed()
 	r, _ := e.ideal.Allow(key)
 	e.m.record(k, e.now, ok, r)
 	if !n.busy {
-		e.askEarly(n)
+		e.askEarly(n, n.l.Len() > held)
 	}
 	e.nextArrival(ev.node, e.now, ev)
 }
 
 // askEarly schedules n's early sync if a key asked for one. The live
-// loop wakes at once, and waits out the rest of the gap since the last
-// sync; while a sync is in flight the request waits in its channel, as
-// here it waits until the node is free.
-func (e *engine) askEarly(n *node) {
-	if !n.early && n.l.EarlyWanted() {
-		n.early = true
-		e.schedule(&event{at: max(e.now, n.synced+int64(n.l.EarlyGap())), kind: earlyDue, node: n.i})
+// loop wakes at once, and waits out the rest of the key's gap since its
+// last sync, here the node's; while a sync is in flight the request
+// waits in its channel, as here it waits until the node is free. A key
+// the request has just created has no gap to wait (the live loop syncs
+// it at once): its sync is not held back by the node's last one.
+func (e *engine) askEarly(n *node, created bool) {
+	if !n.l.EarlyWanted() {
+		return
+	}
+	at := max(e.now, n.synced+int64(n.l.EarlyGap()))
+	if created {
+		at = e.now
+	}
+	if !n.early || at < n.earlyAt {
+		n.early, n.earlyAt = true, at
+		e.schedule(&event{at: at, kind: earlyDue, node: n.i})
 	}
 }
 
@@ -364,6 +375,9 @@ func (e *engine) askEarly(n *node) {
 // is asked for again when the node is free.
 func (e *engine) early(i int) {
 	n := e.nodes[i]
+	if !n.early || e.now != n.earlyAt {
+		return // moved earlier, and already run
+	}
 	n.early = false
 	if !n.active || n.busy {
 		return
@@ -403,7 +417,7 @@ func (e *engine) free(n *node) {
 	case n.due:
 		e.regular(n)
 	default:
-		e.askEarly(n)
+		e.askEarly(n, false)
 	}
 }
 
