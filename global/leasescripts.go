@@ -4,9 +4,10 @@ package global
 // leaseBatch) runs for each of its keys. Their state is described with
 // storedNum.
 
-// leaseCommon is shared by both lease scripts: it reads the node fields,
-// computes the active nodes, their total demand and (token bucket) their
-// live leases. A node not heard from for stale µs stops counting as
+// leaseCommon is shared by both lease scripts: it reads the key's hash
+// once (readState: the key's own fields and every node's, one HGETALL
+// rather than an HMGET of its own fields beside it), computes the active
+// nodes, their total demand and (token bucket) their live leases. A node not heard from for stale µs stops counting as
 // active; its fields are kept for keep µs more (a window, at most 100
 // intervals), so that a node back from a partition settles the lease it
 // held instead of having it charged twice, and then forgotten.
@@ -16,11 +17,15 @@ package global
 const leaseCommon = `
 local scanned = 0
 
-local function nodes(key, node, now, stale, keep, demand, horizon)
+local function readState(key)
   local all = redis.call('HGETALL', key)
   scanned = scanned + #all / 2
   local h = {}
   for i = 1, #all, 2 do h[all[i]] = all[i + 1] end
+  return h
+end
+
+local function nodes(h, key, node, now, stale, keep, demand, horizon)
   local total, count, out, silent = demand, 1, 0, {}
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
@@ -188,7 +193,8 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   if marked then return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft, 0, 0} end
   local rate = limit / window
 
-  local st = redis.call('HMGET', key, 'tokens', 'ts', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node, 'p:' .. node)
+  local h = readState(key)
+  local st = {h['tokens'], h['ts'], h['l:' .. node], h['g:' .. node], h['k:' .. node], h['c:' .. node], h['p:' .. node]}
   local tokens = refill(stored(st[1], 'tokens', -huge) or burst, stored(st[2], 'ts', 0) or now, now, rate, burst)
   local k = whole(st[5], 'k:' .. node, 1)
   local series, upto, behind
@@ -245,7 +251,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   local horizon = now - 2 * interval
   local grace = steps[#steps - 1] or 0
   local keep = math.max(stale + math.min(window, 100 * interval), grace + 2 * interval)
-  local total, count, out, silent = nodes(key, node, now, stale, keep, demand, horizon)
+  local total, count, out, silent = nodes(h, key, node, now, stale, keep, demand, horizon)
   tokens = math.min(tokens, burst - out)
   tokens = tokens - reserve(key, silent, total, count, equal, rate, interval, now, steps)
   local weight = share(demand, total, count, equal)
@@ -253,9 +259,14 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   tokens = clampN(tokens - lease)
 
   if settled then redis.call('HDEL', key, 'p:' .. node) end
-  redis.call('HSET', key, 'tokens', tokens, 'ts', now,
-    'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now)
-  if series then redis.call('HSET', key, 'k:' .. node, series, 'c:' .. node, upto) end
+  if series then
+    redis.call('HSET', key, 'tokens', tokens, 'ts', now,
+      'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now,
+      'k:' .. node, series, 'c:' .. node, upto)
+  else
+    redis.call('HSET', key, 'tokens', tokens, 'ts', now,
+      'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now)
+  end
   redis.call('PEXPIRE', key, ttl)
 
   local reset = 0
@@ -269,7 +280,8 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   local marked, _, markLeft = leaseMark(mark, now)
   if marked then return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft, 0, 0} end
   local w = math.floor(now / window)
-  local st = redis.call('HMGET', key, 'w', 'cur', 'prev', 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node)
+  local h = readState(key)
+  local st = {h['w'], h['cur'], h['prev'], h['l:' .. node], h['g:' .. node], h['k:' .. node], h['c:' .. node]}
   local cur, prevc = roll(w, st)
   local series, upto, behind
   consumed, series, upto, behind = once(consumed, rseries, rtotal, whole(st[6], 'k:' .. node, 1), whole(st[7], 'c:' .. node, 0))
@@ -296,7 +308,7 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   local avail = limit - est
   if avail < 0 then avail = 0 end
 
-  local total, count = nodes(key, node, now, stale, stale + math.min(window, 100 * interval), demand, nil)
+  local total, count = nodes(h, key, node, now, stale, stale + math.min(window, 100 * interval), demand, nil)
   local weight = share(demand, total, count, equal)
   local most = slackOf(limit, window, interval)
   local lease = grantFrom(avail, demand, weight, limit, count, most)
@@ -318,9 +330,14 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   end
   cur = clampN(cur + lease + ahead)
 
-  redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prevc,
-    'l:' .. node, lease + ahead + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now)
-  if series then redis.call('HSET', key, 'k:' .. node, series, 'c:' .. node, upto) end
+  if series then
+    redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prevc,
+      'l:' .. node, lease + ahead + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now,
+      'k:' .. node, series, 'c:' .. node, upto)
+  else
+    redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prevc,
+      'l:' .. node, lease + ahead + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now)
+  end
   redis.call('PEXPIRE', key, ttl)
 
   local remaining = math.max(0, avail - lease - ahead)
