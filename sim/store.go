@@ -39,7 +39,7 @@ type lease struct {
 	cur    float64
 	prev   float64
 	nodes  map[string]*nodeLease
-	used   int64 // when last synced, µs: the hash expires after ttl
+	until  int64 // when the hash expires, µs: at least ttl past each sync, set to twice ttl when less is left (writeState)
 }
 
 type nodeLease struct {
@@ -102,12 +102,13 @@ func (s *store) apply(o *op, now int64) {
 		}
 		st := s.keys[u.Key]
 		ttl := 2*u.Limit.Window.Microseconds() + 10*interval
-		if st == nil || now-st.used > ttl { // PEXPIRE
-
+		if st == nil || now > st.until { // expired
 			st = &lease{nodes: map[string]*nodeLease{}, tokens: math.NaN()}
 			s.keys[u.Key] = st
 		}
-		st.used = now
+		if st.until-now < ttl { // PEXPIRE
+			st.until = now + 2*ttl
+		}
 		resp.Grants[i] = st.sync(o.req.Node, u, interval, now, o.req.Shares == global.Equal, o.req.Fallback)
 	}
 	o.resp = resp
