@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"slices"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/global"
@@ -108,16 +109,19 @@ func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
 		t.dropped++
 		return false
 	}
+	// The sender's entries (a few variants at most: incarnations and
+	// windows) lie together in k.peers, which is sorted by peer id: a
+	// scan of every entry cost a merge time linear in the key's nodes
+	// (BenchmarkGossipMergePeers: 142 ns at 4 peers, 798 at 1,024).
 	var c *count
 	variants := 0
-	for i := range k.peers {
-		if q := &k.peers[i]; q.p == p {
-			if q.inc == inc && q.e.windowMs == e.windowMs {
-				c = q
-				break
-			}
-			variants++
+	j := entriesOf(k.peers, p)
+	for ; j < len(k.peers) && k.peers[j].p == p; j++ {
+		if q := &k.peers[j]; q.inc == inc && q.e.windowMs == e.windowMs {
+			c = q
+			break
 		}
+		variants++
 	}
 	if c == nil {
 		if variants >= maxVariants || t.entries >= t.maxEntries {
@@ -125,8 +129,8 @@ func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
 			return false
 		}
 		t.entries++
-		k.peers = append(k.peers, count{p: p, inc: inc, e: entry{hash: e.hash, windowMs: e.windowMs}})
-		c = &k.peers[len(k.peers)-1]
+		k.peers = slices.Insert(k.peers, j, count{p: p, inc: inc, e: entry{hash: e.hash, windowMs: e.windowMs}})
+		c = &k.peers[j]
 		p.counts++
 	}
 	old := c.e
@@ -153,6 +157,36 @@ func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
 		u.level -= float64(delta)
 	}
 	return newer
+}
+
+// entriesOf is where the entries of peer p lie, or would, in peers
+// (sorted by peer id). Where there are few, a scan comparing pointers is
+// quicker than a search that reads every probed entry's peer; the id is
+// read only to place an entry not there yet.
+func entriesOf(peers []count, p *peer) int {
+	if len(peers) <= 128 {
+		for i := range peers {
+			if peers[i].p == p {
+				return i
+			}
+		}
+		for i := range peers {
+			if peers[i].p.id > p.id {
+				return i
+			}
+		}
+		return len(peers)
+	}
+	lo, hi := 0, len(peers)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if peers[m].p.id < p.id {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // join and leave record membership events.

@@ -49,3 +49,51 @@ func BenchmarkGossipMerge(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGossipMergePeers is BenchmarkGossipMerge on one key that
+// peers nodes use: the cost of finding the sender's entry among the
+// key's entries.
+func BenchmarkGossipMergePeers(b *testing.B) {
+	for _, peers := range []int{4, 64, 256, 1024} {
+		b.Run(fmt.Sprintf("peers=%d", peers), func(b *testing.B) {
+			tab := testTable()
+			tab.maxPeers, tab.maxEntries = 2*peers, 4*peers
+			lim := global.Limit{Limit: 1000, Window: time.Second}
+			tab.sync(&global.Usage{Key: "key", Limit: lim, Demand: 10}, 100*time.Millisecond, global.DemandWeighted, t0, false)
+			for p := range peers {
+				tab.merge(updateFrom(fmt.Sprintf("node-%d", p), 1, peerEntry("key", t0, 1, 1)), t0)
+			}
+			from := fmt.Sprintf("node-%d", peers*3/4)
+			e := peerEntry("key", t0, 1, 1)
+			var w encoder
+			w.header(kindUpdate)
+			w.section(from, 1)
+			w.entry(&e)
+			msg := append([]byte(nil), w.finish()...)
+			var m message
+			k := tab.keys[e.hash]
+			require := func(ok bool) {
+				if !ok {
+					b.Fatal("the update changed nothing")
+				}
+			}
+			at := slices.IndexFunc(k.peers, func(c count) bool { return c.p.name == from })
+			require(at >= 0 && len(k.peers) == peers)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if err := m.decode(msg); err != nil {
+					b.Fatal(err)
+				}
+				now := t0.add(time.Duration(i+2) * time.Millisecond)
+				ent := &m.sections[0].entries[0]
+				ent.stamp, ent.cur = now.ms(), uint64(i+2)
+				ent.epoch = ent.stamp / ent.windowMs
+				tab.merge(&m, now)
+			}
+			b.StopTimer()
+			at = slices.IndexFunc(k.peers, func(c count) bool { return c.p.name == from })
+			require(k.peers[at].e.cur == uint64(b.N+1))
+		})
+	}
+}

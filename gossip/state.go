@@ -42,6 +42,7 @@ type instant struct {
 
 // peer is what the table knows of another node.
 type peer struct {
+	id     uint64 // in the order peers were first heard of: a key's entries are sorted by it
 	name   string
 	inc    uint64 // this node's incarnation; entries carry their peers'
 	alive  bool   // memberlist counts it a member
@@ -65,7 +66,7 @@ type key struct {
 	hash  uint64
 	own   entry // this node's entry; stamp is 0 until the key is used here
 	local *use  // this node's use of the key; nil if only peers use it
-	peers []count
+	peers []count // sorted by peer id, so that a merge finds its sender's entries by binary search
 	sent  int64 // when own was last queued for sending (mono)
 	dirty bool  // own changed since it was last queued
 }
@@ -99,6 +100,7 @@ type table struct {
 	downs   []int64 // view's scratch
 	changed []*key  // own keys synced since they were last flushed
 	dropped uint64  // entries refused: table full, or unknown peer beyond maxPeers
+	lastID  uint64  // the last peer.id given
 }
 
 func newTable(self string, inc uint64, cfg *Config) *table {
@@ -151,7 +153,8 @@ func (t *table) peerFor(name []byte) *peer {
 	if len(t.peers) > t.maxPeers {
 		return nil
 	}
-	p := &peer{name: string(name)}
+	t.lastID++
+	p := &peer{id: t.lastID, name: string(name)}
 	t.peers[p.name] = p
 	return p
 }

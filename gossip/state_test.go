@@ -1,6 +1,10 @@
 package gossip
 
 import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -296,4 +300,49 @@ func TestRestartedWithClockBehind(t *testing.T) {
 	tab.merge(updateFrom("p", 100, peerEntry("k", t0, 0, 1)), t0)
 	tab.merge(updateFrom("p", 50, peerEntry("k", t0, 900, 1)), t0) // the new run
 	assert.Equal(t, int64(900), grant(t, tab, "k", 0, 0, t0).Used)
+}
+
+// TestEntriesSortedByPeer merges the entries of 300 peers, in shuffled
+// order, over two keys and two incarnations each: a key's entries stay
+// sorted by peer id (what a merge's binary search relies on), and every
+// later update reaches its own entry, not a new one.
+func TestEntriesSortedByPeer(t *testing.T) {
+	t.Parallel()
+	tab := testTable()
+	tab.maxPeers = 1000
+	rng := rand.New(rand.NewPCG(1, 2))
+	type msg struct {
+		peer, inc int
+		key       string
+	}
+	var all []msg
+	for p := range 300 {
+		for _, key := range []string{"a", "b"} {
+			for inc := 1; inc <= 2; inc++ {
+				all = append(all, msg{p, inc, key})
+			}
+		}
+	}
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	for tick, m := range all {
+		tab.merge(updateFrom(fmt.Sprintf("node-%d", m.peer), uint64(m.inc), peerEntry(m.key, t0, 1, uint64(tick+1))), t0)
+	}
+	entries := tab.entries
+	for _, key := range []string{"a", "b"} {
+		k := tab.keys[peerEntry(key, t0, 1, 1).hash]
+		require.NotNil(t, k)
+		require.Len(t, k.peers, 600, key)
+		require.True(t, slices.IsSortedFunc(k.peers, func(a, b count) int { return cmp.Compare(a.p.id, b.p.id) }), key)
+	}
+	// Updates again, each to its entry.
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	for tick, m := range all {
+		tab.merge(updateFrom(fmt.Sprintf("node-%d", m.peer), uint64(m.inc), peerEntry(m.key, t0, 7, uint64(len(all)+tick+1))), t0)
+	}
+	assert.Equal(t, entries, tab.entries, "no entry added")
+	for _, key := range []string{"a", "b"} {
+		for _, c := range tab.keys[peerEntry(key, t0, 1, 1).hash].peers {
+			assert.Equal(t, uint64(7), c.e.cur, "%s %s: its update", key, c.p.name)
+		}
+	}
 }
