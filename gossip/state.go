@@ -64,11 +64,11 @@ type count struct {
 // key is one key's state.
 type key struct {
 	hash  uint64
-	own   entry // this node's entry; stamp is 0 until the key is used here
-	local *use  // this node's use of the key; nil if only peers use it
+	own   entry   // this node's entry; stamp is 0 until the key is used here
+	local *use    // this node's use of the key; nil if only peers use it
 	peers []count // sorted by peer id, so that a merge finds its sender's entries by binary search
-	sent  int64 // when own was last queued for sending (mono)
-	dirty bool  // own changed since it was last queued
+	sent  int64   // when own was last queued for sending (mono)
+	dirty bool    // own changed since it was last queued
 }
 
 // use is this node's state for a key it syncs.
