@@ -127,7 +127,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		// sliding window needs no such cut: its meter is its weight's
 		// part of the window's count, so the fleet's sum is the limit.
 		lease = clampLease(demand, l.meter, w*free)
-		if light && !first && !minority && free >= B/2 {
+		if light && !minority && free >= B/2 {
 			lease = max(lease, min(slack(demand, free, fleet, lim, interval), int64(max(l.meter, 0))))
 		}
 		remaining = saturate(free - float64(lease))
@@ -138,7 +138,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		free := float64(lim.Limit) - used - others
 		meter := w*float64(lim.Limit) - own.estimate(ep, frac)
 		lease = clampLease(demand, meter, free)
-		if light && !first && !minority && free >= float64(lim.Limit)/2 {
+		if light && !minority && free >= float64(lim.Limit)/2 {
 			lease = max(lease, min(slack(demand, free, fleet, lim, interval), int64(max(meter, 0))))
 		}
 		// Not past two intervals a window: each node's view of the
@@ -269,8 +269,8 @@ func clampLease(demand int64, share, free float64) int64 {
 // the table knows (the dead and departed until forgotten, so at least
 // the members), not only those heard from on the key: on a cold start
 // every node hears no one and would take all that is free. The caller gives no slack on a
-// node's first sync of a key, on a split's minority side, or with less
-// than half the key free, and never past the node's meter, which bounds
+// split's minority side or with less than half the key free, and never
+// past the node's meter, which bounds
 // a node that cannot hear its peers. The fleet's slack leases together
 // hold at most what is free, as each node sees it. Only while leases are
 // short beside the window (interval at most an eighth of it), as in the
