@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -14,6 +15,11 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 )
+
+// ErrInvalidConfig is wrapped by every error New returns for a Config it
+// refuses: errors.Is(err, ErrInvalidConfig) tells a bad Config from a
+// failure to start. The message names the field and what it must be.
+var ErrInvalidConfig = errors.New("gossip: invalid Config")
 
 // Defaults for the zero fields of a Config.
 const (

@@ -37,7 +37,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Run(tt.field, func(t *testing.T) {
 			t.Parallel()
 			_, err := gossip.New(tt.cfg)
-			require.Error(t, err)
+			require.ErrorIs(t, err, gossip.ErrInvalidConfig)
 			assert.Contains(t, err.Error(), "Config."+tt.field)
 		})
 	}

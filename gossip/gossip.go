@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 )
 
@@ -89,7 +90,7 @@ const (
 func New(cfg Config) (*Gossip, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
-		return nil, err
+		return nil, cfgerr.Wrap(ErrInvalidConfig, err)
 	}
 	g := &Gossip{
 		cfg:    cfg,

@@ -1,6 +1,7 @@
 package hybrid
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -15,6 +16,11 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
+
+// ErrInvalidConfig is wrapped by every error New returns for a Config it
+// refuses: errors.Is(err, ErrInvalidConfig) tells a bad Config from a
+// failure to start. The message names the field and what it must be.
+var ErrInvalidConfig = errors.New("hybrid: invalid Config")
 
 // Defaults for Config's optional fields.
 const (

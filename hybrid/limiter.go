@@ -16,6 +16,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/sketch"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -143,7 +144,7 @@ func New(cfg Config) (*Limiter, error) {
 	sized := cfg.FleetSize > 0
 	cfg, err := cfg.withDefaults()
 	if err != nil {
-		return nil, err
+		return nil, cfgerr.Wrap(ErrInvalidConfig, err)
 	}
 	l := &Limiter{
 		cfg:    cfg,
@@ -173,10 +174,10 @@ func New(cfg Config) (*Limiter, error) {
 		p := cfg.Policies[i]
 		lim, err := checkPolicy(i, &p, cfg.Syncer)
 		if err != nil {
-			return nil, err
+			return nil, cfgerr.Wrap(ErrInvalidConfig, err)
 		}
 		if _, dup := l.byName[p.Name]; dup {
-			return nil, fmt.Errorf("hybrid: Config.Policies[%d]: Name %q is used twice", i, p.Name)
+			return nil, cfgerr.Wrap(ErrInvalidConfig, fmt.Errorf("hybrid: Config.Policies[%d]: Name %q is used twice", i, p.Name))
 		}
 		pol := &policy{Policy: p, limit: lim, capacity: p.Limit, perSec: float64(p.Limit) / p.Window.Seconds()}
 		pol.paced = p.Mode == Hybrid && lim.Algorithm == global.SlidingWindow
@@ -189,7 +190,7 @@ func New(cfg Config) (*Limiter, error) {
 				MaxKeys: cfg.MaxKeys, MaxKeyLen: cfg.MaxKeyLen, Clock: cfg.Clock,
 			})
 			if err != nil {
-				return nil, fmt.Errorf("hybrid: Config.Policies[%d] (%q): %w", i, p.Name, err)
+				return nil, cfgerr.Wrap(ErrInvalidConfig, fmt.Errorf("hybrid: Config.Policies[%d] (%q): %w", i, p.Name, err))
 			}
 		}
 		l.byName[p.Name] = pol

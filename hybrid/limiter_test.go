@@ -489,7 +489,7 @@ func TestConfigErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			l, err := hybrid.New(tt.cfg)
-			require.Error(t, err)
+			require.ErrorIs(t, err, hybrid.ErrInvalidConfig)
 			assert.Nil(t, l)
 			assert.Contains(t, err.Error(), tt.want)
 		})

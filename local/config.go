@@ -1,12 +1,18 @@
 package local
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 )
+
+// ErrInvalidConfig is wrapped by every error New returns for a Config it
+// refuses: errors.Is(err, ErrInvalidConfig) tells a bad Config from a
+// failure to start. The message names the field and what it must be.
+var ErrInvalidConfig = errors.New("local: invalid Config")
 
 // An Algorithm chooses how a bucket decides.
 type Algorithm int

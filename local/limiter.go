@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 )
 
 // ErrKeyTooLong is returned for a key longer than Config.MaxKeyLen. Such a
@@ -46,7 +48,7 @@ type Limiter struct {
 func New(cfg Config) (*Limiter, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
-		return nil, err
+		return nil, cfgerr.Wrap(ErrInvalidConfig, err)
 	}
 	l := &Limiter{
 		cfg:   cfg,

@@ -60,7 +60,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			l, err := local.New(tt.cfg)
-			require.Error(t, err)
+			require.ErrorIs(t, err, local.ErrInvalidConfig)
 			assert.Nil(t, l)
 			assert.Contains(t, err.Error(), "Config."+tt.field)
 		})

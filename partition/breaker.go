@@ -74,13 +74,13 @@ type Breaker struct {
 func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	switch {
 	case cfg.Failures < 0:
-		return nil, fmt.Errorf("partition: BreakerConfig.Failures is %d; it must not be negative", cfg.Failures)
+		return nil, invalidf("partition: BreakerConfig.Failures is %d; it must not be negative", cfg.Failures)
 	case cfg.Within < 0:
-		return nil, fmt.Errorf("partition: BreakerConfig.Within is %v; it must not be negative", cfg.Within)
+		return nil, invalidf("partition: BreakerConfig.Within is %v; it must not be negative", cfg.Within)
 	case cfg.Cooldown < 0:
-		return nil, fmt.Errorf("partition: BreakerConfig.Cooldown is %v; it must not be negative", cfg.Cooldown)
+		return nil, invalidf("partition: BreakerConfig.Cooldown is %v; it must not be negative", cfg.Cooldown)
 	case cfg.Successes < 0:
-		return nil, fmt.Errorf("partition: BreakerConfig.Successes is %d; it must not be negative", cfg.Successes)
+		return nil, invalidf("partition: BreakerConfig.Successes is %d; it must not be negative", cfg.Successes)
 	}
 	if cfg.Failures == 0 {
 		cfg.Failures = DefaultFailures

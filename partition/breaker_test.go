@@ -90,7 +90,7 @@ func TestNewBreakerRejects(t *testing.T) {
 		"Successes": {Successes: -1},
 	} {
 		_, err := partition.NewBreaker(cfg)
-		require.Error(t, err)
+		require.ErrorIs(t, err, partition.ErrInvalidConfig)
 		assert.Contains(t, err.Error(), "BreakerConfig."+field)
 	}
 }

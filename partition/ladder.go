@@ -50,19 +50,19 @@ func NewLadder(cfg LadderConfig) (*Ladder, error) {
 		steps = DefaultSteps
 	}
 	if cfg.Floor < 0 || cfg.Floor > 1 || cfg.Floor != cfg.Floor {
-		return nil, fmt.Errorf("partition: LadderConfig.Floor is %v; it must be in [0, 1]", cfg.Floor)
+		return nil, invalidf("partition: LadderConfig.Floor is %v; it must be in [0, 1]", cfg.Floor)
 	}
 	for i, s := range steps {
 		last := i == len(steps)-1
 		switch {
 		case !(s.Factor >= 0 && s.Factor <= 1):
-			return nil, fmt.Errorf("partition: LadderConfig.Steps[%d].Factor is %v; it must be in [0, 1]", i, s.Factor)
+			return nil, invalidf("partition: LadderConfig.Steps[%d].Factor is %v; it must be in [0, 1]", i, s.Factor)
 		case last && s.Until != 0:
-			return nil, fmt.Errorf("partition: LadderConfig.Steps[%d].Until is %v; the last step's must be 0 (for ever)", i, s.Until)
+			return nil, invalidf("partition: LadderConfig.Steps[%d].Until is %v; the last step's must be 0 (for ever)", i, s.Until)
 		case !last && s.Until <= 0:
-			return nil, fmt.Errorf("partition: LadderConfig.Steps[%d].Until is %v; only the last step's may be 0", i, s.Until)
+			return nil, invalidf("partition: LadderConfig.Steps[%d].Until is %v; only the last step's may be 0", i, s.Until)
 		case !last && i > 0 && s.Until <= steps[i-1].Until:
-			return nil, fmt.Errorf("partition: LadderConfig.Steps[%d].Until is %v; it must be after step %d's %v", i, s.Until, i-1, steps[i-1].Until)
+			return nil, invalidf("partition: LadderConfig.Steps[%d].Until is %v; it must be after step %d's %v", i, s.Until, i-1, steps[i-1].Until)
 		}
 	}
 	l := &Ladder{steps: append([]Step(nil), steps...), floor: cfg.Floor}

@@ -59,7 +59,7 @@ func TestNewLadderRejects(t *testing.T) {
 	}
 	for name, cfg := range tests {
 		_, err := partition.NewLadder(cfg)
-		require.Error(t, err, name)
+		require.ErrorIs(t, err, partition.ErrInvalidConfig, name)
 		field := name
 		if field == "Floor NaN" {
 			field = "Floor"
