@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 )
 
 // Defaults for the zero fields of a RedisConfig.
@@ -69,6 +71,18 @@ var _ Syncer = (*Redis)(nil)
 // its own meanwhile. Each script is sent to a Redis node by its first
 // call there (see run). ctx is not used.
 func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
+	r, err := newRedis(cfg)
+	if err != nil {
+		return nil, cfgerr.Wrap(ErrInvalidConfig, err)
+	}
+	return r, nil
+}
+
+// ErrInvalidConfig is wrapped by every error NewRedis returns: the
+// message names the field of RedisConfig at fault.
+var ErrInvalidConfig = errors.New("global: invalid RedisConfig")
+
+func newRedis(cfg RedisConfig) (*Redis, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("global: RedisConfig.Client is nil; pass a go-redis client")
 	}

@@ -56,7 +56,7 @@ func TestNewRedisRejectsBadConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := global.NewRedis(context.Background(), tt.cfg)
-			require.Error(t, err)
+			require.ErrorIs(t, err, global.ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}

@@ -11,6 +11,7 @@ package httplimit
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log"
 	"math"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 )
 
 // Headers is which rate-limit header fields responses carry.
@@ -115,8 +117,19 @@ type Config struct {
 var tokenName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 // New returns the middleware, or an error naming the field of cfg at
-// fault.
+// fault, which wraps ErrInvalidConfig.
 func New(cfg Config) (func(http.Handler) http.Handler, error) {
+	h, err := newMiddleware(cfg)
+	if err != nil {
+		return nil, cfgerr.Wrap(ErrInvalidConfig, err)
+	}
+	return h, nil
+}
+
+// ErrInvalidConfig is wrapped by every error New returns.
+var ErrInvalidConfig = errors.New("httplimit: invalid Config")
+
+func newMiddleware(cfg Config) (func(http.Handler) http.Handler, error) {
 	switch {
 	case cfg.Limiter == nil:
 		return nil, fmt.Errorf("httplimit: Config.Limiter is nil")

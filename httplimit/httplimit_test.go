@@ -296,7 +296,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 	for want, cfg := range tests {
 		_, err := httplimit.New(cfg)
-		require.Error(t, err, want)
+		require.ErrorIs(t, err, httplimit.ErrInvalidConfig, want)
 		assert.Contains(t, err.Error(), want)
 	}
 }
