@@ -73,8 +73,11 @@ func TestManyKeysAreNotAnOutage(t *testing.T) {
 	assert.Equal(t, partition.Healthy, worst, "a round too long for every key is not an outage")
 	// Without -race: none refused. Under -race on 2 cores a round of
 	// 12,000 keys takes 200-400 ms, and the tenant was refused 0-18
-	// times in 147-276 while the one-off keys were first synced.
-	assert.LessOrEqual(t, refused, tenant/10, "the tenant, far under its limit, is admitted")
+	// times in 147-276 while the one-off keys were first synced; on
+	// 2026-11-26, alone, 0-16 in 139-152 (16 in 141 once, 14 twice), so
+	// a tenth failed about one run in five. Before rounds were split
+	// the tenant was refused 78 times in 178: 15% still tells.
+	assert.LessOrEqual(t, refused, tenant*3/20, "the tenant, far under its limit, is admitted")
 	assert.Less(t, l.Len(), 100, "idle one-off keys are forgotten")
 }
 
