@@ -16,7 +16,8 @@ import (
 // TestLeaseStateExpiry checks that a key's lease state outlives its
 // TTL (two windows and ten intervals) past every sync, without a PEXPIRE
 // at every sync: the expiry is set to twice the TTL when less than the
-// TTL is left, which the state's field x tells.
+// TTL is left, which the state's field x tells; an x further off than
+// twice the TTL is not believed.
 func TestLeaseStateExpiry(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
@@ -48,4 +49,13 @@ func TestLeaseStateExpiry(t *testing.T) {
 	require.NoError(t, c.PExpire(ctx, state, time.Second).Err())
 	sync1(t, r, "n", "expiry", lim, 1, 10)
 	assert.Greater(t, pttl(), ttl, "renewed")
+
+	// An x no lease wrote at this clock (a day ahead: Redis's clock went
+	// back, or a forged value) does not hold the expiry back.
+	now = redisNow(t, c)
+	require.NoError(t, c.HSet(ctx, state, "x", strconv.FormatInt(now.Add(24*time.Hour).UnixMicro(), 10)).Err())
+	require.NoError(t, c.PExpire(ctx, state, time.Second).Err())
+	sync1(t, r, "n", "expiry", lim, 1, 10)
+	assert.Greater(t, pttl(), ttl, "renewed despite x")
+	assert.LessOrEqual(t, pttl(), 2*ttl)
 }

@@ -7,7 +7,8 @@ package global
 // leaseCommon is shared by both lease scripts: it reads the key's hash
 // once (readState: the key's own fields and every node's, one HGETALL
 // rather than an HMGET of its own fields beside it), computes the active
-// nodes, their total demand and (token bucket) their live leases. A node not heard from for stale µs stops counting as
+// nodes, their total demand and (token bucket) their live leases. A node
+// not heard from for stale µs stops counting as
 // active; its fields are kept for keep µs more (a window, at most 100
 // intervals), so that a node back from a partition settles the lease it
 // held instead of having it charged twice, and then forgotten.
@@ -31,13 +32,16 @@ end
 -- to twice that when what is left of it (kept in field x, in µs, since
 -- only these scripts set the key's expiry and chargeLease only
 -- lengthens it) is less than ttl. A PEXPIRE at every lease was a
--- command in four; now one in about ttl / (2 intervals).
+-- command in four; now one in about ttl / (2 intervals). An x further
+-- off than twice the ttl was written by no lease at this clock (Redis's
+-- clock went back, or a value no script wrote): renewed, so that it
+-- cannot hold the expiry back.
 local function writeState(h, key, now, ttl, f, node, series, upto)
   if series then
     f[#f + 1], f[#f + 2], f[#f + 3], f[#f + 4] = 'k:' .. node, series, 'c:' .. node, upto
   end
   local x = stored(h['x'], 'x', 0)
-  local renew = not x or x - now < ttl * 1000
+  local renew = not x or x - now < ttl * 1000 or x - now > 2 * ttl * 1000
   if renew then
     f[#f + 1], f[#f + 2] = 'x', now + 2 * ttl * 1000
   end
