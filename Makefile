@@ -11,11 +11,12 @@ TEST_TIMEOUT        ?= 12m
 # The tests that saturate the CPU on purpose run alone, after the others,
 # whose timing they would starve. The simulator's gossip reality tests
 # run without the race detector, which slows real memberlist and not
-# the simulator (they skip themselves under it).
+# the simulator (they skip themselves under it), as do its minute-long
+# under-limit scenarios, too slow under it.
 test: fmt vet staticcheck redis-server
 	$(GO) test -race -shuffle=on -p 1 -timeout $(TEST_TIMEOUT) ./...
 	HYBRIDLIMIT_SATURATE=1 $(GO) test -race -count=1 -run 'TestStarvedNodeKeepsItsLeases' ./hybrid
-	$(GO) test -count=1 -run 'TestGossipReality' ./sim
+	$(GO) test -count=1 -run 'TestGossipReality|TestUnderLimitScenarios' ./sim
 
 # gofmt -l lists files that need formatting; any output fails the build.
 fmt:

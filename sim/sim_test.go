@@ -179,7 +179,10 @@ func TestUnderLimitIsARefusal(t *testing.T) {
 // TestUnderLimitScenarios prints the under-limit refusals of the
 // scenarios the accuracy targets name (docs/tuning.md), on both
 // backends, 8 nodes, 100 ms syncs, the default seed. The target is at
-// most 0.01%; it is only reported here until the lease sizing meets it.
+// most 0.01%, which both backends now meet in every one of them
+// (before the new key's first sync came at once in the simulator, and
+// before gossip gave slack on a node's first sync of a key, 0.005-0.108%).
+// make test runs it without the race detector.
 // Reproduce: go test -run TestUnderLimitScenarios -v ./sim/
 func TestUnderLimitScenarios(t *testing.T) {
 	t.Parallel()
@@ -200,7 +203,7 @@ func TestUnderLimitScenarios(t *testing.T) {
 				t.Logf("%-6s %-6s under-limit refusals %7.3f%%, false rejection %7.3f%%, worst window %+7.3f%%, admitted %.2f%% of the ideal",
 					backend, sc, r.UnderLimit, r.FalseRejection, r.OvershootWorst, 100*float64(r.Admitted)/float64(max(1, r.Ideal)))
 				assert.GreaterOrEqual(t, r.UnderLimit, 0.0)
-				assert.LessOrEqual(t, r.UnderLimit, 100.0)
+				assert.LessOrEqual(t, r.UnderLimit, 0.01, "under-limit refusals, % of the requests")
 			})
 		}
 	}
