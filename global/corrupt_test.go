@@ -132,8 +132,9 @@ func TestCorruptLeaseState(t *testing.T) {
 			return c.HSet(ctx, global.RedisKeyForTest("hl:", key, "lease"), vals).Err()
 		}
 	}
-	// This node's lease and the key's expiry (x) are read by Sync alone; the others' times and
-	// demands by Sync and by a charge, which forgets stale nodes.
+	// This node's lease and the key's expiry (x) are read by Sync alone;
+	// the others' times and demands by Sync and by a charge, which
+	// forgets stale nodes.
 	node := corruptions([]string{"l:n", "g:n", "k:n", "c:n", "x"}, false, hset("lease"))
 	others := corruptions([]string{"s:other", "d:other"}, false, other)
 	mark := corruptions([]string{"n", "until"}, false, func(field, v string) func(context.Context, *redis.Client, string) error {

@@ -268,10 +268,10 @@ func clampLease(demand int64, share, free float64) int64 {
 // whole part, 2.3% with half, 2.1% with none). nodes counts every peer
 // the table knows (the dead and departed until forgotten, so at least
 // the members), not only those heard from on the key: on a cold start
-// every node hears no one and would take all that is free. The caller gives no slack on a
-// split's minority side or with less than half the key free, and never
-// past the node's meter, which bounds
-// a node that cannot hear its peers. The fleet's slack leases together
+// every node hears no one and would take all that is free. The caller
+// gives no slack on a split's minority side or with less than half the
+// key free, and never past the node's meter, which bounds a node that
+// cannot hear its peers. The fleet's slack leases together
 // hold at most what is free, as each node sees it. Only while leases are
 // short beside the window (interval at most an eighth of it), as in the
 // scripts. docs/gossip.md has the figures.

@@ -21,9 +21,10 @@ import (
 // a decision; a script call carries up to 48 keys now: 0.021 and 6.06,
 // 4.06 once a key's own fields came from its HGETALL and its report's
 // series went in its one HSET, and 3.06 with its expiry renewed only
-// when less than its TTL is left. (The commands inside the
-// scripts are still run for every key, every sync.) Counts, not times: the rounds are driven here (ManualSync), so
-// a loaded machine changes nothing but how long the test takes.
+// when less than its TTL is left. (The commands inside the scripts are
+// still run for every key, every sync.) Counts, not times: the rounds
+// are driven here (ManualSync), so a loaded machine changes nothing but
+// how long the test takes.
 func TestCommandsPerDecision(t *testing.T) {
 	t.Parallel()
 	const keys, rounds, interval = 1000, 10, 100 * time.Millisecond

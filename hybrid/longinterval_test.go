@@ -34,7 +34,7 @@ func TestLongIntervalBursts(t *testing.T) {
 	policy := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second, Burst: limit}
 	srv := redistest.StartServer(t)
 	fleet := fleettest.Limiters(t, nodes, func(int) hybrid.Config {
-		return hybrid.Config{Policies: []hybrid.Policy{policy}, Syncer: redisDelayed(t, srv, srv.Addr), Interval: time.Second, FleetSize: nodes}
+		return hybrid.Config{Policies: []hybrid.Policy{policy}, Syncer: redisSyncer(t, srv), Interval: time.Second, FleetSize: nodes}
 	})
 	// Each node: 600 a second (the fleet six times the limit) for the
 	// first second of every three.
