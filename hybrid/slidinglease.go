@@ -40,10 +40,21 @@ import (
 // waits: the sync loop makes it odd, installs the word and the pace, and
 // makes it even again; a take reads it before and after its
 // compare-and-swap, and if a grant ran in between (or was running) it
-// gives back what it took and tries again, at most a few times, then
-// counts as short. give undoes a take exactly, whether the grant
-// counted it or not (see keyState.give). So the hot path stays one
-// compare-and-swap, no lock, no allocation.
+// refunds what it took and tries again, at most a few times, then counts
+// as short. So the hot path stays one compare-and-swap, no lock, no
+// allocation.
+//
+// The refund goes to the key's count (keyState.extra), not back into the
+// allowance. A give would be exact for the fleet's count but not for the
+// word: the grant that ran may have counted the take as spent before the
+// new allowance was set (the take came before the sync's mark), and the
+// give then raises the new grant's allowance by what the take held, which
+// another take spends at once, past the pace (TestPacedTakesRaceGrants: a
+// take of 500 admitted beside grants that never release more than 10). A
+// refund cannot: the fleet is told the tokens were not spent (the next
+// report is that much smaller), and the node does without them until its
+// next grant. A take races a grant once per sync at most, for a few
+// nanoseconds, so what this refuses is nothing a user sees.
 
 // leasePace is a key's paced release, in keyState.
 type leasePace struct {
@@ -108,7 +119,7 @@ func (k *keyState) takePaced(now, n int64) (left, unpaced int64, ok bool) {
 			if p.seq.Load() == s {
 				return a - hidden - n, a - n, true
 			}
-			k.give(n) // a grant ran: the pace may not be this word's
+			k.extra.Add(-n) // a grant ran: the pace may not be this word's (see above)
 			break
 		}
 	}

@@ -78,14 +78,15 @@ func TestEndPace(t *testing.T) {
 // unpaced and 1,000 paced of which 10 are released, while takers spend
 // as fast as they can, 1 or 500 at a time. No grant ever holds 500
 // spendable, so no take of 500 may be admitted; a take that read the
-// unpaced grant's pace and spent the paced grant's word would be. (It
-// may take them for a moment: it gives them back before it admits.)
+// unpaced grant's pace and spent the paced grant's word would be (it
+// takes them for a moment and refunds them before it admits), and so would
+// one that spends a refund given back into a later grant's word.
 func TestPacedTakesRaceGrants(t *testing.T) {
 	t.Parallel()
 	const span, now = 100_000, 1000 // a hundredth released at now
 	k := pacedKey()
 	var stop atomic.Bool
-	var wrong, admitted atomic.Int64
+	var wrong, admitted, sum atomic.Int64
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -93,6 +94,7 @@ func TestPacedTakesRaceGrants(t *testing.T) {
 				n := 1 + 499*(i%2)
 				if _, _, ok := k.takePaced(now, n); ok {
 					admitted.Add(1)
+					sum.Add(n)
 					if n > 1 {
 						wrong.Add(1)
 					}
@@ -114,4 +116,6 @@ func TestPacedTakesRaceGrants(t *testing.T) {
 	t.Logf("admitted %d takes", admitted.Load())
 	assert.Positive(t, admitted.Load())
 	assert.Zero(t, wrong.Load(), "takes of 500 admitted")
+	spent, _ := k.markSpent()
+	assert.Equal(t, sum.Load(), spent, "the key's count is what was admitted, refunds taken off")
 }
