@@ -171,7 +171,8 @@ type Config struct {
 	// Logger receives memberlist's log. Default: discarded.
 	Logger *log.Logger
 
-	// Clock is the time source. Default clock.Real.
+	// Clock is the time source. Default: the system clock, or in a
+	// testing/synctest bubble the bubble's fake clock.
 	Clock clock.Clock
 }
 
@@ -225,7 +226,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	if c.Clock == nil {
-		c.Clock = clock.Real
+		c.Clock = clock.Default()
 	}
 	if c.LookupHost == nil {
 		c.LookupHost = net.DefaultResolver.LookupHost

@@ -196,7 +196,8 @@ type Config struct {
 	// SyncEarly.
 	ManualSync bool
 
-	// Clock is the time source. Default the real clock.
+	// Clock is the time source. Default: the system clock, or in a
+	// testing/synctest bubble the bubble's fake clock.
 	Clock clock.Clock
 
 	// Logger receives what an operator should know: a key the fleet
@@ -269,7 +270,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	if c.Clock == nil {
-		c.Clock = clock.Real
+		c.Clock = clock.Default()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

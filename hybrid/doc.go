@@ -22,6 +22,12 @@
 // (gossip beside Redis) keeps a fleet-wide view while Redis is down; and
 // Limiter.Health says where the node stands.
 //
+// Time is the runtime's monotonic clock; a Limiter made in a
+// testing/synctest bubble runs on the bubble's fake time instead, so a test
+// of code that uses it waits out a window with time.Sleep, at once (see
+// docs/http.md, "Testing a handler"). Only Local policies work in a
+// bubble: a fleet's network calls never block durably there.
+//
 // See docs/architecture.md for the data flow and the accuracy model, and
 // docs/partitions.md for outages, with measured figures.
 package hybrid

@@ -111,7 +111,8 @@ type Config struct {
 	// ErrKeyTooLong. Default DefaultMaxKeyLen.
 	MaxKeyLen int
 
-	// Clock is the time source. Default clock.Real.
+	// Clock is the time source. Default: the system clock, or in a
+	// testing/synctest bubble the bubble's fake clock.
 	Clock clock.Clock
 }
 
@@ -144,7 +145,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("local: Config.MaxKeyLen is %d; it must be positive (or 0 for the default %d)", c.MaxKeyLen, DefaultMaxKeyLen)
 	}
 	if c.Clock == nil {
-		c.Clock = clock.Real
+		c.Clock = clock.Default()
 	}
 	return c, nil
 }

@@ -63,6 +63,39 @@ func nanotime() int64
 
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
 
+// Default is the clock a package's Config defaults to: Real, or, when
+// called in a testing/synctest bubble, a clock on the bubble's fake time.
+// Real's Nanotime reads the runtime's clock, which a bubble does not fake:
+// time would stand still for a limiter made in a bubble while its timers
+// ran on the bubble's clock. So a user's test of code that uses a limiter
+// runs on fake time and waits out a window without sleeping, as with
+// golang.org/x/time/rate, and the hot path outside a bubble pays nothing
+// for it (time.Since, which follows the bubble, cost a decision 13% more:
+// two runtime calls where nanotime is one).
+func Default() Clock {
+	if time.Since(origin) < 0 {
+		return bubbleClock{}
+	}
+	return Real
+}
+
+// origin is what bubbleClock's readings count from, moved by bubbleShift.
+// A synctest bubble's clock starts at midnight UTC on 2000-01-01, before
+// origin, so time.Since(origin) is below zero in a bubble and only there.
+var origin = time.Now()
+
+// bubbleShift moves a bubble's readings (its time minus origin's wall
+// time) to count from an hour before the bubble's start, so that readings
+// are never zero or near it (callers use 0 for "never set").
+var bubbleShift = int64(origin.Round(0).Sub(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))) + int64(time.Hour)
+
+// bubbleClock is the clock of a limiter made in a testing/synctest bubble.
+type bubbleClock struct{ realClock }
+
+// Nanotime is the bubble's fake time, through time.Since, which reads it
+// there.
+func (bubbleClock) Nanotime() int64 { return int64(time.Since(origin)) + bubbleShift }
+
 type realTimer struct{ t *time.Timer }
 
 func (t realTimer) C() <-chan time.Time { return t.t.C }

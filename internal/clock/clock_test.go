@@ -2,6 +2,7 @@ package clock_test
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -59,4 +60,25 @@ func TestManual(t *testing.T) {
 
 	now := c.NewTimer(0)
 	<-now.C()
+}
+
+// TestDefaultFollowsSynctest checks that Default is Real outside a
+// testing/synctest bubble and, inside one, a clock on the bubble's fake
+// time: positive readings that move exactly as the bubble's time does,
+// and timers that fire on it.
+func TestDefaultFollowsSynctest(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, clock.Real, clock.Default())
+	synctest.Test(t, func(t *testing.T) {
+		c := clock.Default()
+		require.NotEqual(t, clock.Real, c)
+		n0, t0 := c.Nanotime(), c.Now()
+		assert.Greater(t, n0, int64(time.Minute), "never zero or near it")
+		time.Sleep(90 * time.Second)
+		assert.Equal(t, int64(90*time.Second), c.Nanotime()-n0)
+		assert.Equal(t, 90*time.Second, c.Now().Sub(t0))
+		timer := c.NewTimer(time.Hour)
+		<-timer.C()
+		assert.Equal(t, int64(90*time.Second+time.Hour), c.Nanotime()-n0)
+	})
 }
