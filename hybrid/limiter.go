@@ -274,7 +274,7 @@ func (l *Limiter) allow(key string, now, n int64) (Decision, error) {
 
 func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 	if k.pol.Mode != Hybrid {
-		return l.decideOther(k, now, n)
+		return l.decideOther(context.Background(), k, now, n)
 	}
 	given := now != noTime
 	if !given {

@@ -13,8 +13,52 @@ import (
 
 // Local and Strict decisions: the modes that hold no lease.
 
-// decideOther decides for Local and Strict keys.
-func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
+// AllowNContext is AllowN with a context for the one decision that waits
+// on the network: a Strict policy's call to the store, which then ends
+// when ctx does as well as at Config.StrictTimeout. Hybrid and Local
+// decisions never wait and do not read ctx.
+//
+// If ctx ends before the store answers a Strict decision, the Decision
+// refuses and the error is ctx's (errors.Is(err, context.Canceled) or
+// context.DeadlineExceeded); the fleet is not counted as failing for it,
+// and the request may or may not have been charged. A ctx already done
+// decides nothing, as for WaitN.
+func (l *Limiter) AllowNContext(ctx context.Context, key string, n int) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return refusedDecision(l.cfg.Interval), err
+	}
+	if l.localPolicy(key) != nil {
+		return l.allow(key, noTime, int64(n))
+	}
+	k, err := l.state(key)
+	if err != nil {
+		return l.errDecision(err), err
+	}
+	if k.pol.Mode != Strict {
+		return l.decide(k, noTime, int64(n))
+	}
+	return l.decideOther(ctx, k, noTime, int64(n))
+}
+
+// ended returns ctx's error if it has ended, or is at its deadline: the
+// store's client sets the connection's deadline from ctx's, and its read
+// may time out a moment before ctx says it is done (TestStrictContext
+// counted one such call in three as the fleet failing).
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// decideOther decides for Local and Strict keys. A Strict decision's
+// call to the store ends at StrictTimeout or when parent ends; a parent
+// that ended is the caller's doing, not the fleet's: the Decision
+// refuses with parent's error, and no failure is counted.
+func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64) (Decision, error) {
 	if !k.touched.Load() {
 		k.touched.Store(true)
 	}
@@ -40,7 +84,7 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 	if l.hot != nil {
 		l.hot.Observe(k.key)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.StrictTimeout)
+	ctx, cancel := context.WithTimeout(parent, l.cfg.StrictTimeout)
 	var g global.Decision
 	var err error
 	set := k.shards.Load()
@@ -59,6 +103,11 @@ func (l *Limiter) decideOther(k *keyState, now, n int64) (Decision, error) {
 		}
 	}
 	cancel()
+	if err != nil {
+		if err := ended(parent); err != nil {
+			return refusedDecision(l.cfg.Interval), err
+		}
+	}
 	if now == noTime {
 		now = l.now()
 	}

@@ -188,7 +188,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		if ok && v.(*keyState).pol.Mode == Local {
 			return localErr(v.(*keyState).pol.local.WaitN(ctx, key, n))
 		}
-		d, err := l.AllowN(key, n)
+		d, err := l.AllowNContext(ctx, key, n)
 		if err != nil {
 			return err
 		}
