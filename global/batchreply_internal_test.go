@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // batchReplyOf builds, from raw, what a store that lies could answer a
@@ -84,29 +86,29 @@ func FuzzBatchReplies(f *testing.F) {
 		r := &Redis{addr: "redis.test:6379"}
 		res := r.batchOf(r.addr, c, batchReplyOf(raw, batch))
 		if res.err != nil {
-			require.ErrorIs(t, res.err, ErrCorrupt)
+			require.ErrorIs(t, res.err, fleet.ErrCorrupt)
 			require.Empty(t, res.items)
 			require.False(t, res.down)
 			return
 		}
 		require.True(t, len(res.items) >= 1 && len(res.items) <= batch, "%d entries for %d keys", len(res.items), batch)
 		down := true
-		u := Usage{Key: "k", Limit: Limit{Limit: 100, Window: time.Second}, Demand: 50}
+		u := fleet.Usage{Key: "k", Limit: fleet.Limit{Limit: 100, Window: time.Second}, Demand: 50}
 		for k, it := range res.items {
 			down = down && it.down
 			if it.err == nil {
 				require.Len(t, it.vals, c.reply, "entry %d", k)
 				g, err := r.grantOf(u, it.vals)
 				if err != nil {
-					require.ErrorIs(t, err, ErrCorrupt)
+					require.ErrorIs(t, err, fleet.ErrCorrupt)
 				} else if g.Shards == 0 {
-					require.True(t, g.Lease >= 0 && g.Lease <= u.Limit.burst(), "lease %d", g.Lease)
+					require.True(t, g.Lease >= 0 && g.Lease <= u.Limit.Capacity(), "lease %d", g.Lease)
 				}
 				continue
 			}
 			require.Nil(t, it.vals, "entry %d", k)
-			require.Equal(t, it.down, errors.Is(it.err, ErrUnreachable), "entry %d: %v", k, it.err)
-			require.True(t, errors.Is(it.err, ErrCorrupt) || errors.Is(it.err, ErrInvalid) || errors.Is(it.err, ErrUnreachable),
+			require.Equal(t, it.down, errors.Is(it.err, fleet.ErrUnreachable), "entry %d: %v", k, it.err)
+			require.True(t, errors.Is(it.err, fleet.ErrCorrupt) || errors.Is(it.err, fleet.ErrInvalid) || errors.Is(it.err, fleet.ErrUnreachable),
 				"entry %d: %v", k, it.err)
 		}
 		require.Equal(t, down, res.down)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -32,7 +33,7 @@ func BenchmarkSync(b *testing.B) {
 	// 100,000 keys take seconds a round unbatched.
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 30 * time.Second})
 	require.NoError(b, err)
-	lim := global.Limit{Limit: 1_000_000, Window: time.Second}
+	lim := fleet.Limit{Limit: 1_000_000, Window: time.Second}
 	keyCounts := []int{1, 100, 1000, 10_000, 100_000}
 	if v := os.Getenv("SYNC_BENCH_KEYS"); v != "" { // e.g. 1000,10000
 		keyCounts = nil
@@ -50,14 +51,14 @@ func BenchmarkSync(b *testing.B) {
 	}
 	for _, n := range keyCounts {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			req := &global.Request{Node: "bench", Interval: 100 * time.Millisecond}
+			req := &fleet.Request{Node: "bench", Interval: 100 * time.Millisecond}
 			for i := range n {
-				req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("k", i), Limit: lim, Consumed: 3, Demand: 3})
+				req.Keys = append(req.Keys, fleet.Usage{Key: fmt.Sprint("k", i), Limit: lim, Consumed: 3, Demand: 3})
 			}
 			// The keys' state exists, as in a steady round; the script
 			// is loaded first, by one key's call, so that a fresh Redis's
 			// NOSCRIPT does not send the script's text once per call.
-			_, err := r.Sync(context.Background(), &global.Request{Node: req.Node, Interval: req.Interval, Keys: req.Keys[:1]})
+			_, err := r.Sync(context.Background(), &fleet.Request{Node: req.Node, Interval: req.Interval, Keys: req.Keys[:1]})
 			require.NoError(b, err)
 			_, err = r.Sync(context.Background(), req)
 			require.NoError(b, err)
@@ -102,7 +103,7 @@ func BenchmarkStrictAllow(b *testing.B) {
 	s := redistest.StartServer(b)
 	c := s.DeadlineClient(b)
 	r := newSyncer(b, c)
-	lim := global.Limit{Limit: 1_000_000_000, Window: time.Second}
+	lim := fleet.Limit{Limit: 1_000_000_000, Window: time.Second}
 	lat := make([]time.Duration, 0, 1<<16)
 	for b.Loop() {
 		start := time.Now()
@@ -123,12 +124,12 @@ func BenchmarkSyncCluster(b *testing.B) {
 	cl := redistest.StartCluster(b, 3)
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: cl.DeadlineClient(b), Timeout: 30 * time.Second})
 	require.NoError(b, err)
-	lim := global.Limit{Limit: 1_000_000, Window: time.Second}
+	lim := fleet.Limit{Limit: 1_000_000, Window: time.Second}
 	for _, n := range []int{1000, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			req := &global.Request{Node: "bench", Interval: 100 * time.Millisecond}
+			req := &fleet.Request{Node: "bench", Interval: 100 * time.Millisecond}
 			for i := range n {
-				req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("k", i), Limit: lim, Consumed: 3, Demand: 3})
+				req.Keys = append(req.Keys, fleet.Usage{Key: fmt.Sprint("k", i), Limit: lim, Consumed: 3, Demand: 3})
 			}
 			_, err := r.Sync(context.Background(), req)
 			require.NoError(b, err)
@@ -158,14 +159,14 @@ func BenchmarkLeaseNodes(b *testing.B) {
 	c := s.Client(b)
 	r := newSyncer(b, s.DeadlineClient(b))
 	ctx := context.Background()
-	lim := global.Limit{Limit: 1_000_000, Window: time.Minute}
+	lim := fleet.Limit{Limit: 1_000_000, Window: time.Minute}
 	for _, others := range []int{0, 10, 100, 1000} {
-		req := &global.Request{Node: "n", Interval: time.Second}
+		req := &fleet.Request{Node: "n", Interval: time.Second}
 		now := redisNow(b, c).UnixMicro()
 		pipe := c.Pipeline()
 		for i := range 16 {
 			key := fmt.Sprint("nodes-", others, "-", i)
-			req.Keys = append(req.Keys, global.Usage{Key: key, Limit: lim, Demand: 10, Consumed: 1, Series: 5, Total: int64(i)})
+			req.Keys = append(req.Keys, fleet.Usage{Key: key, Limit: lim, Demand: 10, Consumed: 1, Series: 5, Total: int64(i)})
 			fields := []any{"pad", 1}
 			for n := range others {
 				o := fmt.Sprint("other-", n)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // addGCRA counts n more requests in a strict GCRA key, whatever is left:
@@ -33,15 +35,6 @@ end
 return {1}
 `)
 
-// StrictCharge is a count of requests a node admitted for a key's strict
-// state without Redis, for Charge.
-type StrictCharge struct {
-	Key   string
-	Shard Shard // the zero Shard: the key itself; else one of ShardsOf's
-	Limit Limit // the key's limit, or the shard's part of it
-	N     int64 // requests; 0 changes nothing but is still sent
-}
-
 // Charge counts each charge's N requests in its key's (or shard's)
 // strict state, as if they had been admitted now, whatever the state has
 // left, but never beyond an empty bucket: how a node reconciles what it
@@ -58,17 +51,17 @@ type StrictCharge struct {
 // ErrUnreachable if Redis could not be reached; then none of the charges may be counted,
 // or some may be, and a caller that sends them again risks counting
 // those twice, which refuses, never admits, too much.
-func (r *Redis) Charge(ctx context.Context, charges []StrictCharge) ([]error, error) {
+func (r *Redis) Charge(ctx context.Context, charges []fleet.StrictCharge) ([]error, error) {
 	errs := make([]error, len(charges))
 	calls := make([]scriptCall, 0, len(charges))
 	idx := make([]int, 0, len(charges))
 	for i, c := range charges {
 		if err := c.Limit.Validate(); err != nil {
-			errs[i] = fmt.Errorf("%w: key %q: %v", ErrInvalid, c.Key, err)
+			errs[i] = fmt.Errorf("%w: key %q: %v", fleet.ErrInvalid, c.Key, err)
 			continue
 		}
 		if c.N < 0 {
-			errs[i] = fmt.Errorf("%w: Charge of %d requests for key %q; it must not be negative", ErrInvalid, c.N, c.Key)
+			errs[i] = fmt.Errorf("%w: Charge of %d requests for key %q; it must not be negative", fleet.ErrInvalid, c.N, c.Key)
 			continue
 		}
 		base, err := r.keyBase(c.Key, c.Shard)
@@ -76,7 +69,7 @@ func (r *Redis) Charge(ctx context.Context, charges []StrictCharge) ([]error, er
 			errs[i] = err
 			continue
 		}
-		calls = append(calls, strictCall(base, c.Limit, min(c.N, MaxLimit), addGCRA, addSlidingWindow, 1))
+		calls = append(calls, strictCall(base, c.Limit, min(c.N, fleet.MaxLimit), addGCRA, addSlidingWindow, 1))
 		idx = append(idx, i)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)

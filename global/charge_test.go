@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
@@ -22,17 +22,17 @@ func TestCharge(t *testing.T) {
 	srv := redistest.StartServer(t)
 	r := newSyncer(t, srv.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
-			lim := global.Limit{Algorithm: alg, Limit: 100, Window: time.Hour}
+			lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Hour}
 			key := "charge-" + alg.String()
-			errs, err := r.Charge(ctx, []global.StrictCharge{{Key: key, Limit: lim, N: 30}, {Key: key, Limit: lim, N: 0}, {Key: key, Limit: lim, N: -1}})
+			errs, err := r.Charge(ctx, []fleet.StrictCharge{{Key: key, Limit: lim, N: 30}, {Key: key, Limit: lim, N: 0}, {Key: key, Limit: lim, N: -1}})
 			require.NoError(t, err)
 			require.Len(t, errs, 3)
 			assert.NoError(t, errs[0])
 			assert.NoError(t, errs[1])
-			assert.ErrorIs(t, errs[2], global.ErrInvalid)
-			errs, err = r.Charge(ctx, []global.StrictCharge{{Key: key, Limit: lim, N: 20}})
+			assert.ErrorIs(t, errs[2], fleet.ErrInvalid)
+			errs, err = r.Charge(ctx, []fleet.StrictCharge{{Key: key, Limit: lim, N: 20}})
 			require.NoError(t, err)
 			require.NoError(t, errs[0])
 			d, err := r.Allow(ctx, key, lim, 1)
@@ -42,8 +42,8 @@ func TestCharge(t *testing.T) {
 		})
 	}
 	t.Run("capped at empty", func(t *testing.T) {
-		lim := global.Limit{Limit: 10, Window: time.Second} // a token every 100ms
-		errs, err := r.Charge(ctx, []global.StrictCharge{{Key: "capped", Limit: lim, N: 1_000_000}})
+		lim := fleet.Limit{Limit: 10, Window: time.Second} // a token every 100ms
+		errs, err := r.Charge(ctx, []fleet.StrictCharge{{Key: "capped", Limit: lim, N: 1_000_000}})
 		require.NoError(t, err)
 		require.NoError(t, errs[0])
 		d, err := r.Allow(ctx, "capped", lim, 1)

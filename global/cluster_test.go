@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -91,11 +92,11 @@ func TestCluster(t *testing.T) {
 
 	t.Run("one round trip per master", func(t *testing.T) {
 		r := newSyncer(t, cc)
-		lim := global.Limit{Limit: 1000, Window: time.Second}
-		req := &global.Request{Node: "n1", Interval: 100 * time.Millisecond}
+		lim := fleet.Limit{Limit: 1000, Window: time.Second}
+		req := &fleet.Request{Node: "n1", Interval: 100 * time.Millisecond}
 		for _, keys := range byMaster {
 			for _, k := range keys {
-				req.Keys = append(req.Keys, global.Usage{Key: k, Limit: lim, Demand: 5})
+				req.Keys = append(req.Keys, fleet.Usage{Key: k, Limit: lim, Demand: 5})
 			}
 		}
 		// Warm up: the client learns the slot map and opens connections.
@@ -116,7 +117,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("leases on every master", func(t *testing.T) {
-		lim := global.Limit{Algorithm: global.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}
+		lim := fleet.Limit{Algorithm: fleet.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}
 		var wg sync.WaitGroup
 		var spent atomic.Int64
 		for m, keys := range byMaster {
@@ -144,9 +145,9 @@ func TestEmptyKeyOnCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	r := newSyncer(t, cl.DeadlineClient(t))
 	ctx := context.Background()
-	lim := global.Limit{Limit: 100, Window: time.Minute}
-	resp, err := r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second,
-		Keys: []global.Usage{{Key: "", Limit: lim, Demand: 10}}})
+	lim := fleet.Limit{Limit: 100, Window: time.Minute}
+	resp, err := r.Sync(ctx, &fleet.Request{Node: "n", Interval: time.Second,
+		Keys: []fleet.Usage{{Key: "", Limit: lim, Demand: 10}}})
 	require.NoError(t, err)
 	assert.NoError(t, resp.Grants[0].Err, "lease for the empty key")
 	_, err = r.Allow(ctx, "", lim, 1)

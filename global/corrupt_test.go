@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/partition"
@@ -60,7 +61,7 @@ func hset(suffix string) func(field, v string) func(context.Context, *redis.Clie
 func wantCorrupt(t *testing.T, err error, admitted bool, what string) {
 	t.Helper()
 	assert.False(t, admitted, "%s: admitted", what)
-	assert.ErrorIs(t, err, global.ErrCorrupt, what)
+	assert.ErrorIs(t, err, fleet.ErrCorrupt, what)
 	if err != nil && testing.Verbose() {
 		t.Logf("%s: %v", what, err)
 	}
@@ -90,10 +91,10 @@ func TestCorruptStrictState(t *testing.T) {
 	marks = append(marks, corruption{"shards without a ttl", func(ctx context.Context, c *redis.Client, key string) error {
 		return c.Set(ctx, global.RedisKeyForTest("hl:", key, "shards"), "4", 0).Err()
 	}})
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
-		lim := global.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
 		state := corruptions([]string{"tat"}, false, set("gcra"))
-		if alg == global.SlidingWindow {
+		if alg == fleet.SlidingWindow {
 			state = corruptions([]string{"w", "cur", "prev"}, false, hset("sw"))
 		}
 		for i, bad := range append(marks, state...) {
@@ -152,11 +153,11 @@ func TestCorruptLeaseState(t *testing.T) {
 	for _, f := range []string{"n", "until"} {
 		mark = append(mark, corruption{"only " + f, hset("lshards")(f, now)})
 	}
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
-		lim := global.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
 		state := corruptions([]string{"tokens"}, true, hset("lease"))
 		state = append(state, corruptions([]string{"ts"}, false, hset("lease"))...)
-		if alg == global.SlidingWindow {
+		if alg == fleet.SlidingWindow {
 			state = corruptions([]string{"w", "cur", "prev"}, false, hset("lease"))
 		}
 		state = append(state, corruption{"a string", func(ctx context.Context, c *redis.Client, key string) error {
@@ -169,8 +170,8 @@ func TestCorruptLeaseState(t *testing.T) {
 				sync1(t, r, "n", key, lim, 0, 10)
 			}
 			require.NoError(t, bad.write(ctx, c, key))
-			resp, err := r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second,
-				Keys: []global.Usage{{Key: "fine", Limit: lim, Demand: 10}, {Key: key, Limit: lim, Consumed: 10, Demand: 10}}})
+			resp, err := r.Sync(ctx, &fleet.Request{Node: "n", Interval: time.Second,
+				Keys: []fleet.Usage{{Key: "fine", Limit: lim, Demand: 10}, {Key: key, Limit: lim, Consumed: 10, Demand: 10}}})
 			require.NoError(t, err, what)
 			require.NoError(t, resp.Grants[0].Err, "%s: another key is served", what)
 			g := resp.Grants[1]
@@ -197,8 +198,8 @@ func TestCorruptLeaseState(t *testing.T) {
 
 	// Debts no fleet runs up, each within what a state may hold, that
 	// would overflow their sum.
-	lim := global.Limit{Limit: 100, Window: time.Minute}
-	shards := global.ShardsOf("debt", 3)
+	lim := fleet.Limit{Limit: 100, Window: time.Minute}
+	shards := fleet.ShardsOf("debt", 3)
 	for _, sh := range shards {
 		k := global.RedisShardKeyForTest("hl:", "debt", sh, "lease")
 		require.NoError(t, c.HSet(ctx, k, "tokens", "-4000000000000000000").Err())
@@ -217,8 +218,8 @@ func TestCorruptSeriesFields(t *testing.T) {
 	c := s.Client(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
-		lim := global.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
 		for i, bad := range []map[string]string{
 			{"k:n": "5", "c:n": "1152921504606846976"},
 			{"k:n": "5", "c:n": "9007199254740994"},
@@ -229,8 +230,8 @@ func TestCorruptSeriesFields(t *testing.T) {
 		} {
 			key := fmt.Sprintf("series-corrupt-%v-%d", alg, i)
 			require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", key, "lease"), bad).Err())
-			resp, err := r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second,
-				Keys: []global.Usage{{Key: key, Limit: lim, Consumed: 50, Demand: 10, Series: 5, Total: 50}}})
+			resp, err := r.Sync(ctx, &fleet.Request{Node: "n", Interval: time.Second,
+				Keys: []fleet.Usage{{Key: key, Limit: lim, Consumed: 50, Demand: 10, Series: 5, Total: 50}}})
 			require.NoError(t, err)
 			g := resp.Grants[0]
 			wantCorrupt(t, g.Err, g.Lease > 0, fmt.Sprintf("%v %v", alg, bad))
@@ -247,15 +248,15 @@ func TestCorruptReserve(t *testing.T) {
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
 	now := redisNow(t, c).UnixMicro()
-	lim := global.Limit{Limit: 100, Window: time.Minute}
+	lim := fleet.Limit{Limit: 100, Window: time.Minute}
 	for i, v := range append(garbage[:len(garbage):len(garbage)], "-1") {
 		for j, f := range []string{"p:n", "p:other"} {
 			key := fmt.Sprintf("reserve-corrupt-%d-%d", i, j)
 			silent := fmt.Sprint(now - int64(time.Minute/time.Microsecond)) // stale, within keep
 			require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", key, "lease"),
 				"s:other", silent, "d:other", "5", f, v).Err())
-			resp, err := r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second, Fallback: []partition.Step{{Until: time.Hour, Factor: 1}},
-				Keys: []global.Usage{{Key: key, Limit: lim, Consumed: 10, Demand: 10}}})
+			resp, err := r.Sync(ctx, &fleet.Request{Node: "n", Interval: time.Second, Fallback: []partition.Step{{Until: time.Hour, Factor: 1}},
+				Keys: []fleet.Usage{{Key: key, Limit: lim, Consumed: 10, Demand: 10}}})
 			require.NoError(t, err)
 			g := resp.Grants[0]
 			wantCorrupt(t, g.Err, g.Lease > 0, fmt.Sprintf("%s=%q", f, v))

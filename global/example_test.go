@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 )
 
@@ -28,18 +29,18 @@ func ExampleRedis_Sync() {
 	if err != nil {
 		log.Fatal(err) // a mistake in the config, such as a client without ContextTimeoutEnabled
 	}
-	resp, err := syncer.Sync(context.Background(), &global.Request{
+	resp, err := syncer.Sync(context.Background(), &fleet.Request{
 		Node:     "api-7",
 		Interval: 100 * time.Millisecond,
-		Keys: []global.Usage{{
+		Keys: []fleet.Usage{{
 			Key:      "tenant:acme",
-			Limit:    global.Limit{Limit: 1000, Window: time.Second},
+			Limit:    fleet.Limit{Limit: 1000, Window: time.Second},
 			Consumed: 42,
 			Demand:   60,
 		}},
 	})
 	switch {
-	case errors.Is(err, global.ErrUnreachable):
+	case errors.Is(err, fleet.ErrUnreachable):
 		// Keep limiting locally on what is left of the last lease.
 		return
 	case err != nil:
@@ -66,7 +67,7 @@ func ExampleRedis_Allow() {
 		log.Fatal(err)
 	}
 	d, err := syncer.Allow(context.Background(), "login:alice",
-		global.Limit{Algorithm: global.SlidingWindow, Limit: 5, Window: time.Minute}, 1)
+		fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 5, Window: time.Minute}, 1)
 	switch {
 	case err != nil:
 		// Redis unreachable (ErrUnreachable) or the key's state corrupt

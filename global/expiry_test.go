@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -24,7 +25,7 @@ func TestLeaseStateExpiry(t *testing.T) {
 	c := s.Client(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	lim := global.Limit{Algorithm: global.TokenBucket, Limit: 100, Window: time.Second}
+	lim := fleet.Limit{Algorithm: fleet.TokenBucket, Limit: 100, Window: time.Second}
 	ttl := 2*time.Second + 10*time.Second + time.Millisecond // sync1's interval is 1 s
 	state := global.RedisKeyForTest("hl:", "expiry", "lease")
 	pttl := func() time.Duration {

@@ -1,13 +1,15 @@
 package global
 
+import "github.com/hybridlimit/hybridlimit/fleet"
+
 // RedisKeyForTest is the Redis key a Redis with prefix writes for key.
 func RedisKeyForTest(prefix, key, suffix string) string {
-	return RedisShardKeyForTest(prefix, key, Shard{}, suffix)
+	return RedisShardKeyForTest(prefix, key, fleet.Shard{}, suffix)
 }
 
 // RedisShardKeyForTest is the Redis key a Redis with prefix writes for
 // key's shard.
-func RedisShardKeyForTest(prefix, key string, shard Shard, suffix string) string {
+func RedisShardKeyForTest(prefix, key string, shard fleet.Shard, suffix string) string {
 	r := &Redis{cfg: RedisConfig{Prefix: prefix, MaxKeyLen: 1 << 20}}
 	k, _ := r.redisKey(key, shard, suffix)
 	return k

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
@@ -107,17 +108,17 @@ type leaseItem struct {
 
 // Sync reports req's usage and leases each key's next tokens, in one
 // pipelined round trip per Redis node, with many keys a script call.
-func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
+func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	if req.Node == "" { // the node's lease and demand are kept under its name
-		return nil, fmt.Errorf("%w: Request.Node is empty", ErrInvalid)
+		return nil, fmt.Errorf("%w: Request.Node is empty", fleet.ErrInvalid)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 
-	resp := &Response{Grants: make([]Grant, len(req.Keys))}
+	resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
 	interval := micros(req.Interval)
 	items := make([]leaseItem, 0, len(req.Keys))
 	for i, u := range req.Keys {
@@ -129,7 +130,7 @@ func (r *Redis) Sync(ctx context.Context, req *Request) (*Response, error) {
 		it.i = i
 		items = append(items, it)
 	}
-	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == Equal)}, fallbackArgs(req.Fallback)...)
+	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == fleet.Equal)}, fallbackArgs(req.Fallback)...)
 	all := make([]int, len(items))
 	for i := range all {
 		all[i] = i
@@ -235,7 +236,7 @@ func mergeLeft(left []leftOver) []leftOver {
 
 // grant sets in resp the grant of it, the k-th key of a call that
 // answered res.
-func (r *Redis) grant(req *Request, it *leaseItem, res callResult, k int, resp *Response) {
+func (r *Redis) grant(req *fleet.Request, it *leaseItem, res callResult, k int, resp *fleet.Response) {
 	g := &resp.Grants[it.i]
 	switch {
 	case res.err != nil:
@@ -319,25 +320,25 @@ func batchCall(head []any, items []leaseItem, g []int) scriptCall {
 
 // leaseItem is u's part of a lease batch but for its index. Consumed
 // and Demand are counted up to MaxLimit, which the scripts keep exact.
-func (r *Redis) leaseItem(interval int64, u Usage) (leaseItem, error) {
+func (r *Redis) leaseItem(interval int64, u fleet.Usage) (leaseItem, error) {
 	if err := u.Limit.Validate(); err != nil {
-		return leaseItem{}, fmt.Errorf("%w: key %q: %v", ErrInvalid, u.Key, err)
+		return leaseItem{}, fmt.Errorf("%w: key %q: %v", fleet.ErrInvalid, u.Key, err)
 	}
 	if u.Consumed < 0 || u.Demand < 0 || u.Total < 0 {
-		return leaseItem{}, fmt.Errorf("%w: key %q: Consumed, Demand and Total must not be negative", ErrInvalid, u.Key)
+		return leaseItem{}, fmt.Errorf("%w: key %q: Consumed, Demand and Total must not be negative", fleet.ErrInvalid, u.Key)
 	}
-	if u.Series > MaxLimit || u.Total > MaxLimit {
-		return leaseItem{}, fmt.Errorf("%w: key %q: Series %d and Total %d must be at most MaxLimit (%d): start a new Series", ErrInvalid, u.Key, u.Series, u.Total, int64(MaxLimit))
+	if u.Series > fleet.MaxLimit || u.Total > fleet.MaxLimit {
+		return leaseItem{}, fmt.Errorf("%w: key %q: Series %d and Total %d must be at most MaxLimit (%d): start a new Series", fleet.ErrInvalid, u.Key, u.Series, u.Total, int64(fleet.MaxLimit))
 	}
 	base, err := r.keyBase(u.Key, u.Shard)
 	if err != nil {
 		return leaseItem{}, err
 	}
 	alg, steps := 0, 1
-	if u.Limit.Algorithm == SlidingWindow {
+	if u.Limit.Algorithm == fleet.SlidingWindow {
 		alg = 1
 	}
-	if u.Shard != (Shard{}) {
+	if u.Shard != (fleet.Shard{}) {
 		// A node goes quiet on a shard when it leases from another:
 		// only silence on the key itself is a partition.
 		steps = 0
@@ -345,8 +346,8 @@ func (r *Redis) leaseItem(interval int64, u Usage) (leaseItem, error) {
 	window := micros(u.Limit.Window)
 	// The state outlives a full refill and a few intervals.
 	ttl := (2*window+10*interval)/1000 + 1
-	return leaseItem{base: base, args: [leaseArgs]any{alg, u.Limit.Limit, window, u.Limit.burst(),
-		min(u.Consumed, MaxLimit), min(u.Demand, MaxLimit), ttl, u.Series, u.Total, steps, equalArg(u.Paced)}}, nil
+	return leaseItem{base: base, args: [leaseArgs]any{alg, u.Limit.Limit, window, u.Limit.Capacity(),
+		min(u.Consumed, fleet.MaxLimit), min(u.Demand, fleet.MaxLimit), ttl, u.Series, u.Total, steps, equalArg(u.Paced)}}, nil
 }
 
 // fallbackArgs is steps as the lease scripts read them (stepsOf): the

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/faultnet"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -56,12 +57,12 @@ func TestLeaseBatchRoundTripsBounded(t *testing.T) {
 	r := newSyncer(t, c)
 	ctx := context.Background()
 
-	lim := global.Limit{Limit: 1_000_000, Window: time.Minute}
-	req := &global.Request{Node: "n", Interval: time.Second}
+	lim := fleet.Limit{Limit: 1_000_000, Window: time.Minute}
+	req := &fleet.Request{Node: "n", Interval: time.Second}
 	var keys []string
 	for i := range 192 {
 		keys = append(keys, fmt.Sprint("k", i))
-		req.Keys = append(req.Keys, global.Usage{Key: keys[i], Limit: lim, Demand: 10})
+		req.Keys = append(req.Keys, fleet.Usage{Key: keys[i], Limit: lim, Demand: 10})
 	}
 	crowd(t, s.Client(t), keys, 100)
 	_, err = r.Sync(ctx, oneKey("warm")) // the script is loaded
@@ -121,12 +122,12 @@ func TestLostBatchReplyCountsOnce(t *testing.T) {
 	c.AddHook(arm)
 	r := newSyncer(t, c)
 	ctx := context.Background()
-	lim := global.Limit{Limit: 1000, Window: 24 * time.Hour} // no refill to speak of
+	lim := fleet.Limit{Limit: 1000, Window: 24 * time.Hour} // no refill to speak of
 
-	request := func(prefix string, n int) *global.Request {
-		req := &global.Request{Node: "n", Interval: time.Second}
+	request := func(prefix string, n int) *fleet.Request {
+		req := &fleet.Request{Node: "n", Interval: time.Second}
 		for i := range n {
-			req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint(prefix, i), Limit: lim,
+			req.Keys = append(req.Keys, fleet.Usage{Key: fmt.Sprint(prefix, i), Limit: lim,
 				Consumed: 10, Demand: 1, Series: 7, Total: 10})
 		}
 		return req
@@ -137,7 +138,7 @@ func TestLostBatchReplyCountsOnce(t *testing.T) {
 	light := request("light-", 48)
 	p.LoseReplies(1)
 	_, err = r.Sync(ctx, light)
-	require.ErrorIs(t, err, global.ErrUnreachable, "a call of 48 keys whose reply is lost")
+	require.ErrorIs(t, err, fleet.ErrUnreachable, "a call of 48 keys whose reply is lost")
 
 	heavy := request("heavy-", 24)
 	var names []string
@@ -151,7 +152,7 @@ func TestLostBatchReplyCountsOnce(t *testing.T) {
 	lost := 0
 	for i, g := range resp.Grants {
 		if g.Err != nil {
-			assert.ErrorIs(t, g.Err, global.ErrUnreachable, "key %d", i)
+			assert.ErrorIs(t, g.Err, fleet.ErrUnreachable, "key %d", i)
 			lost++
 		}
 	}
@@ -159,7 +160,7 @@ func TestLostBatchReplyCountsOnce(t *testing.T) {
 	assert.Positive(t, lost, "keys lost in the second round trip")
 	assert.Less(t, lost, 24, "keys granted in the first")
 
-	for _, req := range []*global.Request{light, heavy} {
+	for _, req := range []*fleet.Request{light, heavy} {
 		resp, err := r.Sync(ctx, req) // sent again: the same series, the same Total
 		require.NoError(t, err)
 		for i, g := range resp.Grants {
@@ -182,17 +183,17 @@ func TestFailedLeaseKeepsReserve(t *testing.T) {
 	c := s.Client(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	lim := global.Limit{Limit: 1000, Window: 24 * time.Hour} // no refill to speak of
+	lim := fleet.Limit{Limit: 1000, Window: 24 * time.Hour} // no refill to speak of
 	key := global.RedisKeyForTest("hl:", "k", "lease")
 	now := redisNow(t, c).UnixMicro()
 	// 50 reserved for n, charged as spent; another node live, its
 	// demand garbage.
 	require.NoError(t, c.HSet(ctx, key, "tokens", 950, "ts", now, "p:n", 50, "s:other", now, "d:other", "nan").Err())
-	req := &global.Request{Node: "n", Interval: time.Second,
-		Keys: []global.Usage{{Key: "k", Limit: lim, Consumed: 60, Series: 1, Total: 60}}}
+	req := &fleet.Request{Node: "n", Interval: time.Second,
+		Keys: []fleet.Usage{{Key: "k", Limit: lim, Consumed: 60, Series: 1, Total: 60}}}
 	resp, err := r.Sync(ctx, req)
 	require.NoError(t, err)
-	require.ErrorIs(t, resp.Grants[0].Err, global.ErrCorrupt)
+	require.ErrorIs(t, resp.Grants[0].Err, fleet.ErrCorrupt)
 
 	require.NoError(t, c.HSet(ctx, key, "d:other", 5).Err()) // healed
 	resp, err = r.Sync(ctx, req)                             // the same report again
@@ -216,11 +217,11 @@ func TestOutOfMemoryBatchWritesNothingNew(t *testing.T) {
 	c := s.Client(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	lim := global.Limit{Limit: 100, Window: time.Second}
-	req := &global.Request{Node: "n", Interval: 100 * time.Millisecond,
-		Keys: []global.Usage{{Key: "old", Limit: lim, Demand: 5}}}
+	lim := fleet.Limit{Limit: 100, Window: time.Second}
+	req := &fleet.Request{Node: "n", Interval: 100 * time.Millisecond,
+		Keys: []fleet.Usage{{Key: "old", Limit: lim, Demand: 5}}}
 	for i := range 20 {
-		req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("new-", i), Limit: lim, Demand: 5})
+		req.Keys = append(req.Keys, fleet.Usage{Key: fmt.Sprint("new-", i), Limit: lim, Demand: 5})
 	}
 	_, err := r.Sync(ctx, oneKey("warm")) // the script is loaded
 	require.NoError(t, err)
@@ -241,10 +242,10 @@ func TestOutOfMemoryBatchWritesNothingNew(t *testing.T) {
 	assert.Zero(t, created, "new keys' state created out of memory")
 	if err == nil {
 		for i, g := range resp.Grants[1:] {
-			assert.ErrorIs(t, g.Err, global.ErrUnreachable, "new key %d", i)
+			assert.ErrorIs(t, g.Err, fleet.ErrUnreachable, "new key %d", i)
 		}
 	} else {
-		assert.ErrorIs(t, err, global.ErrUnreachable)
+		assert.ErrorIs(t, err, fleet.ErrUnreachable)
 	}
 }
 
@@ -260,11 +261,11 @@ func TestLeaseBatchLightBehindHeavy(t *testing.T) {
 	c.AddHook(counter.hook("redis"))
 	r := newSyncer(t, c)
 	ctx := context.Background()
-	lim := global.Limit{Limit: 1_000_000, Window: time.Minute}
-	req := &global.Request{Node: "n", Interval: time.Second}
+	lim := fleet.Limit{Limit: 1_000_000, Window: time.Minute}
+	req := &fleet.Request{Node: "n", Interval: time.Second}
 	var heavy []string
 	for i := range 480 {
-		req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("k", i), Limit: lim, Demand: 10})
+		req.Keys = append(req.Keys, fleet.Usage{Key: fmt.Sprint("k", i), Limit: lim, Demand: 10})
 		if i%48 == 0 {
 			heavy = append(heavy, req.Keys[i].Key)
 		}

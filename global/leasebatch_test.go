@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -30,13 +31,13 @@ func TestLeaseBatchKeysFailAlone(t *testing.T) {
 	c := s.Client(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	req := &global.Request{Node: "n", Interval: 100 * time.Millisecond}
+	req := &fleet.Request{Node: "n", Interval: 100 * time.Millisecond}
 	for i := range 200 {
-		lim := global.Limit{Limit: 1000, Window: time.Second}
+		lim := fleet.Limit{Limit: 1000, Window: time.Second}
 		if i%2 == 1 {
-			lim.Algorithm = global.SlidingWindow
+			lim.Algorithm = fleet.SlidingWindow
 		}
-		req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("k", i), Limit: lim, Consumed: 1, Demand: 10})
+		req.Keys = append(req.Keys, fleet.Usage{Key: fmt.Sprint("k", i), Limit: lim, Consumed: 1, Demand: 10})
 	}
 	_, err := r.Sync(ctx, req)
 	require.NoError(t, err)
@@ -55,8 +56,8 @@ func TestLeaseBatchKeysFailAlone(t *testing.T) {
 	require.NoError(t, err)
 	for i, g := range resp.Grants {
 		if how, ok := bad[i]; ok {
-			assert.ErrorIs(t, g.Err, global.ErrCorrupt, "key %d: %s", i, how)
-			assert.NotErrorIs(t, g.Err, global.ErrUnreachable, "key %d: %s", i, how)
+			assert.ErrorIs(t, g.Err, fleet.ErrCorrupt, "key %d: %s", i, how)
+			assert.NotErrorIs(t, g.Err, fleet.ErrUnreachable, "key %d: %s", i, how)
 			assert.Zero(t, g.Lease, "key %d: %s", i, how)
 			continue
 		}
@@ -92,10 +93,10 @@ func TestLeaseBatchBySlotOnCluster(t *testing.T) {
 		}
 		seen[slotOf(k)] = true
 	}
-	lim := global.Limit{Limit: 1000, Window: time.Second}
-	req := &global.Request{Node: "n", Interval: 100 * time.Millisecond}
+	lim := fleet.Limit{Limit: 1000, Window: time.Second}
+	req := &fleet.Request{Node: "n", Interval: 100 * time.Millisecond}
 	for i := range 8 {
-		req.Keys = append(req.Keys, global.Usage{Key: same[i], Limit: lim, Demand: 5}, global.Usage{Key: apart[i], Limit: lim, Demand: 5})
+		req.Keys = append(req.Keys, fleet.Usage{Key: same[i], Limit: lim, Demand: 5}, fleet.Usage{Key: apart[i], Limit: lim, Demand: 5})
 	}
 	ctx := context.Background()
 	_, err := r.Sync(ctx, req) // the client learns the slot map, Redis the script
@@ -126,10 +127,10 @@ func TestLeaseBatchPlainClientOnClusterMode(t *testing.T) {
 	cl := redistest.StartCluster(t, 1)
 	m := cl.Masters[0]
 	r := newSyncer(t, m.DeadlineClient(t))
-	lim := global.Limit{Limit: 1000, Window: time.Second}
-	req := &global.Request{Node: "n", Interval: 100 * time.Millisecond}
+	lim := fleet.Limit{Limit: 1000, Window: time.Second}
+	req := &fleet.Request{Node: "n", Interval: 100 * time.Millisecond}
 	for i := range 20 {
-		req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprint("k", i), Limit: lim, Demand: 5})
+		req.Keys = append(req.Keys, fleet.Usage{Key: fmt.Sprint("k", i), Limit: lim, Demand: 5})
 	}
 	ctx := context.Background()
 	for round := range 2 {
@@ -155,13 +156,13 @@ func TestLeaseBatchWorkBudget(t *testing.T) {
 	c := s.Client(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	lim := global.Limit{Limit: 1_000_000, Window: time.Minute}
-	req := &global.Request{Node: "n", Interval: time.Second}
+	lim := fleet.Limit{Limit: 1_000_000, Window: time.Minute}
+	req := &fleet.Request{Node: "n", Interval: time.Second}
 	now := redisNow(t, c).UnixMicro()
 	pipe := c.Pipeline()
 	for i := range 64 {
 		key := fmt.Sprint("k", i)
-		req.Keys = append(req.Keys, global.Usage{Key: key, Limit: lim, Demand: 10})
+		req.Keys = append(req.Keys, fleet.Usage{Key: key, Limit: lim, Demand: 10})
 		fields := []any{}
 		for n := range 100 {
 			o := fmt.Sprint("other-", n)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // MarkShards records, for the whole fleet, that key's strict decisions go
@@ -16,10 +18,10 @@ import (
 // to twice the limit. If key is already marked, its shard count stays and
 // only ttl is renewed. MarkShards returns the shard count in force.
 func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error) {
-	if shards < 2 || shards > MaxShards || ttl < time.Millisecond {
-		return 0, fmt.Errorf("%w: MarkShards needs 2 to MaxShards (%d) shards and a ttl of 1ms or more; got %d, %v", ErrInvalid, MaxShards, shards, ttl)
+	if shards < 2 || shards > fleet.MaxShards || ttl < time.Millisecond {
+		return 0, fmt.Errorf("%w: MarkShards needs 2 to MaxShards (%d) shards and a ttl of 1ms or more; got %d, %v", fleet.ErrInvalid, fleet.MaxShards, shards, ttl)
 	}
-	marker, err := r.redisKey(key, Shard{}, "shards")
+	marker, err := r.redisKey(key, fleet.Shard{}, "shards")
 	if err != nil {
 		return 0, err
 	}
@@ -27,7 +29,7 @@ func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time
 	if err != nil {
 		return 0, err
 	}
-	if err := r.check(key, bound{"a shard count", v[0], 2, MaxShards}); err != nil {
+	if err := r.check(key, bound{"a shard count", v[0], 2, fleet.MaxShards}); err != nil {
 		return 0, err
 	}
 	return int(v[0]), nil
@@ -38,16 +40,16 @@ func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time
 // is how a key merged back from its shards takes over what they had
 // spent. Unlike Allow, charging twice charges once, so every node of a
 // fleet may charge the same key as it merges back.
-func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit Limit, used int64) error {
-	return r.ChargeShardAtLeast(ctx, key, Shard{}, limit, used)
+func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit fleet.Limit, used int64) error {
+	return r.ChargeShardAtLeast(ctx, key, fleet.Shard{}, limit, used)
 }
 
 // ChargeShardAtLeast is ChargeAtLeast on one of key's shards (see
 // ShardsOf): how the shards a key is split into take over what the key
 // had spent.
-func (r *Redis) ChargeShardAtLeast(ctx context.Context, key string, shard Shard, limit Limit, used int64) error {
+func (r *Redis) ChargeShardAtLeast(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, used int64) error {
 	if err := limit.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %v", fleet.ErrInvalid, err)
 	}
 	if used <= 0 {
 		return nil
@@ -56,7 +58,7 @@ func (r *Redis) ChargeShardAtLeast(ctx context.Context, key string, shard Shard,
 	if err != nil {
 		return err
 	}
-	v, err := r.runOne(ctx, strictCall(base, limit, min(used, MaxLimit), chargeGCRA, chargeSlidingWindow, 1))
+	v, err := r.runOne(ctx, strictCall(base, limit, min(used, fleet.MaxLimit), chargeGCRA, chargeSlidingWindow, 1))
 	if err != nil {
 		return err
 	}
@@ -78,14 +80,14 @@ func (r *Redis) ChargeShardAtLeast(ctx context.Context, key string, shard Shard,
 // It returns the shard count in force and how long the mark stands: 0
 // for a mark that has ended and awaits its merge; 0 and 0 if shards is
 // 0 and there was no mark.
-func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit Limit) (n int, left time.Duration, err error) {
+func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit fleet.Limit) (n int, left time.Duration, err error) {
 	switch {
-	case shards == 1 || shards < 0 || shards > MaxShards || ttl < time.Millisecond:
-		return 0, 0, fmt.Errorf("%w: MarkLeaseShards needs 0, or 2 to MaxShards (%d), shards and a ttl of 1ms or more; got %d, %v", ErrInvalid, MaxShards, shards, ttl)
+	case shards == 1 || shards < 0 || shards > fleet.MaxShards || ttl < time.Millisecond:
+		return 0, 0, fmt.Errorf("%w: MarkLeaseShards needs 0, or 2 to MaxShards (%d), shards and a ttl of 1ms or more; got %d, %v", fleet.ErrInvalid, fleet.MaxShards, shards, ttl)
 	case limit.Validate() != nil:
-		return 0, 0, fmt.Errorf("%w: %v", ErrInvalid, limit.Validate())
+		return 0, 0, fmt.Errorf("%w: %v", fleet.ErrInvalid, limit.Validate())
 	}
-	marker, err := r.redisKey(key, Shard{}, "lshards")
+	marker, err := r.redisKey(key, fleet.Shard{}, "lshards")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -101,7 +103,7 @@ func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl
 // shard count, 0 if there is none, and how long it stands, 0 if it has
 // ended and awaits its merge.
 func (r *Redis) LeaseShardMark(ctx context.Context, key string) (shards int, left time.Duration, err error) {
-	marker, err := r.redisKey(key, Shard{}, "lshards")
+	marker, err := r.redisKey(key, fleet.Shard{}, "lshards")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -117,7 +119,7 @@ func (r *Redis) LeaseShardMark(ctx context.Context, key string) (shards int, lef
 // shards spent (ChargeLeasesAtLeast with LeaseUsed of the shards). It
 // reports whether key is no longer marked.
 func (r *Redis) EndLeaseShards(ctx context.Context, key string) (bool, error) {
-	marker, err := r.redisKey(key, Shard{}, "lshards")
+	marker, err := r.redisKey(key, fleet.Shard{}, "lshards")
 	if err != nil {
 		return false, err
 	}
@@ -133,7 +135,7 @@ func (r *Redis) EndLeaseShards(ctx context.Context, key string) (bool, error) {
 // included, summed: how a key merged back from its shards learns what
 // they had spent. It decides and changes nothing, and takes one round
 // trip per Redis node.
-func (r *Redis) LeaseUsed(ctx context.Context, key string, shards []Shard, limit Limit) (int64, error) {
+func (r *Redis) LeaseUsed(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit) (int64, error) {
 	calls, err := r.leaseStateCalls(leaseUsed, key, shards, limit, 0, 0)
 	if err != nil {
 		return 0, err
@@ -166,15 +168,15 @@ func (r *Redis) LeaseUsed(ctx context.Context, key string, shards []Shard, limit
 // that a node coming back to a state it left long ago reports against
 // no lease (a zero interval forgets nobody). One round trip per Redis
 // node.
-func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, key string, shards []Shard, limit Limit, used int64, interval time.Duration) error {
+func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit, used int64, interval time.Duration) error {
 	if interval < 0 {
-		return fmt.Errorf("%w: ChargeLeasesAtLeast's interval is %v; it must not be negative", ErrInvalid, interval)
+		return fmt.Errorf("%w: ChargeLeasesAtLeast's interval is %v; it must not be negative", fleet.ErrInvalid, interval)
 	}
 	stale := int64(0)
 	if interval > 0 {
 		stale = staleAfter(micros(interval))
 	}
-	calls, err := r.leaseStateCalls(chargeLease, key, shards, limit, min(max(used, 0), MaxLimit), stale)
+	calls, err := r.leaseStateCalls(chargeLease, key, shards, limit, min(max(used, 0), fleet.MaxLimit), stale)
 	if err != nil {
 		return err
 	}
@@ -192,13 +194,13 @@ func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, key string, shards []Sh
 
 // leaseStateCalls builds one call of script per lease state of key's
 // shards.
-func (r *Redis) leaseStateCalls(script *redis.Script, key string, shards []Shard, limit Limit, n, stale int64) ([]scriptCall, error) {
+func (r *Redis) leaseStateCalls(script *redis.Script, key string, shards []fleet.Shard, limit fleet.Limit, n, stale int64) ([]scriptCall, error) {
 	if err := limit.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %v", fleet.ErrInvalid, err)
 	}
 	window := micros(limit.Window)
 	sw := "0"
-	if limit.Algorithm == SlidingWindow {
+	if limit.Algorithm == fleet.SlidingWindow {
 		sw = "1"
 	}
 	// A charged state outlives two windows and a minute, as a lease
@@ -210,7 +212,7 @@ func (r *Redis) leaseStateCalls(script *redis.Script, key string, shards []Shard
 		if err != nil {
 			return nil, err
 		}
-		calls = append(calls, scriptCall{script, []string{k}, []any{sw, limit.Limit, window, limit.burst(), n, ttl, stale}, 1, 0})
+		calls = append(calls, scriptCall{script, []string{k}, []any{sw, limit.Limit, window, limit.Capacity(), n, ttl, stale}, 1, 0})
 	}
 	return calls, nil
 }

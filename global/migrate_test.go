@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -36,15 +37,15 @@ func TestLeaseBatchSlotMoves(t *testing.T) {
 	slot := slotOf(keys[0])
 	r := newSyncer(t, cl.DeadlineClient(t))
 	ctx := context.Background()
-	lim := global.Limit{Limit: 1000, Window: 24 * time.Hour} // no refill to speak of
-	sync := func(consumed int64) *global.Response {
-		req := &global.Request{Node: "n", Interval: time.Second}
+	lim := fleet.Limit{Limit: 1000, Window: 24 * time.Hour} // no refill to speak of
+	sync := func(consumed int64) *fleet.Response {
+		req := &fleet.Request{Node: "n", Interval: time.Second}
 		for _, k := range keys {
-			req.Keys = append(req.Keys, global.Usage{Key: k, Limit: lim, Consumed: consumed})
+			req.Keys = append(req.Keys, fleet.Usage{Key: k, Limit: lim, Consumed: consumed})
 		}
 		resp, err := r.Sync(ctx, req)
 		if err != nil { // every key failed alike
-			resp = &global.Response{Grants: make([]global.Grant, len(keys))}
+			resp = &fleet.Response{Grants: make([]fleet.Grant, len(keys))}
 			for i := range resp.Grants {
 				resp.Grants[i].Err = err
 			}
@@ -69,7 +70,7 @@ func TestLeaseBatchSlotMoves(t *testing.T) {
 	}
 	migrate(keys[0]) // midway
 	for i, g := range sync(10).Grants {
-		assert.ErrorIs(t, g.Err, global.ErrUnreachable, "midway, key %d", i)
+		assert.ErrorIs(t, g.Err, fleet.ErrUnreachable, "midway, key %d", i)
 	}
 	for _, k := range keys[1:] {
 		migrate(k)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
@@ -28,12 +28,12 @@ func TestSyncOneMasterDown(t *testing.T) {
 	r := newSyncer(t, cl.DeadlineClient(t))
 	byMaster := keysOnEachMaster(cl, 4)
 	dead := cl.Masters[1]
-	lim := global.Limit{Limit: 1000, Window: time.Second}
-	req := &global.Request{Node: "n1", Interval: 100 * time.Millisecond}
+	lim := fleet.Limit{Limit: 1000, Window: time.Second}
+	req := &fleet.Request{Node: "n1", Interval: 100 * time.Millisecond}
 	onDead := map[string]bool{}
 	for m, keys := range byMaster {
 		for _, k := range keys {
-			req.Keys = append(req.Keys, global.Usage{Key: k, Limit: lim, Demand: 5})
+			req.Keys = append(req.Keys, fleet.Usage{Key: k, Limit: lim, Demand: 5})
 			onDead[k] = m == dead
 		}
 	}
@@ -51,7 +51,7 @@ func TestSyncOneMasterDown(t *testing.T) {
 		for i, g := range resp.Grants {
 			key := req.Keys[i].Key
 			if onDead[key] {
-				assert.ErrorIs(t, g.Err, global.ErrUnreachable, "%s: key %s on the dead master", when, key)
+				assert.ErrorIs(t, g.Err, fleet.ErrUnreachable, "%s: key %s on the dead master", when, key)
 				assert.Zero(t, g.Lease, "%s: key %s on the dead master", when, key)
 				continue
 			}
@@ -72,5 +72,5 @@ func TestSyncOneMasterDown(t *testing.T) {
 	}
 	_, err = r.Sync(ctx, req)
 	require.Error(t, err, "every master dead")
-	assert.True(t, errors.Is(err, global.ErrUnreachable), "every master dead: %v", err)
+	assert.True(t, errors.Is(err, fleet.ErrUnreachable), "every master dead: %v", err)
 }

@@ -1,3 +1,8 @@
+// Package global is the Redis fleet: a fleet.Syncer whose nodes lease
+// from per-key state in Redis (lease scripts, one pipelined round trip per
+// sync), and the strict mode that decides each request in Redis. It runs
+// on one Redis, a Redis Cluster (keys of one hash slot in one script
+// call) or anything go-redis's UniversalClient reaches.
 package global
 
 import (
@@ -11,7 +16,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
+	"github.com/hybridlimit/hybridlimit/internal/redisslot"
 )
 
 // Defaults for the zero fields of a RedisConfig.
@@ -63,7 +70,7 @@ type Redis struct {
 	crossSlot atomic.Bool
 }
 
-var _ Syncer = (*Redis)(nil)
+var _ fleet.Syncer = (*Redis)(nil)
 
 // NewRedis checks cfg and returns a Redis Syncer. It does not talk to
 // Redis, so a service starts while Redis is down, or far away: its calls
@@ -170,25 +177,23 @@ func addrOf(c redis.UniversalClient) string {
 // are percent-encoded, so any bytes are safe and the tag cannot end
 // early; a shard ends the tag with "%#" and its number, which no key's
 // encoding holds (see Shard).
-func (r *Redis) redisKey(key string, shard Shard, suffix string) (string, error) {
+func (r *Redis) redisKey(key string, shard fleet.Shard, suffix string) (string, error) {
 	base, err := r.keyBase(key, shard)
 	return base + suffix, err
 }
 
 // keyBase is every Redis key of key's shard but for the suffix:
 // prefix{tag}:. MaxKeyLen bounds key, not what a shard adds.
-func (r *Redis) keyBase(key string, shard Shard) (string, error) {
+func (r *Redis) keyBase(key string, shard fleet.Shard) (string, error) {
 	if len(key) > r.cfg.MaxKeyLen {
-		return "", fmt.Errorf("%w: key of %d bytes is longer than RedisConfig.MaxKeyLen %d", ErrInvalid, len(key), r.cfg.MaxKeyLen)
+		return "", fmt.Errorf("%w: key of %d bytes is longer than RedisConfig.MaxKeyLen %d", fleet.ErrInvalid, len(key), r.cfg.MaxKeyLen)
 	}
 	var b strings.Builder
 	b.Grow(len(r.cfg.Prefix) + len(key) + 3)
 	b.WriteString(r.cfg.Prefix)
 	b.WriteByte('{')
-	writeTag(&b, key)
-	if shard.n != 0 {
-		b.WriteString(shard.String())
-	}
+	redisslot.WriteTag(&b, key)
+	b.WriteString(shard.String()) // "" for the key itself
 	b.WriteString("}:")
 	return b.String(), nil
 }
@@ -196,53 +201,14 @@ func (r *Redis) keyBase(key string, shard Shard) (string, error) {
 // strictCall is a call of gcra or sw, by limit's algorithm, on key's
 // strict state, with n as the last argument, answering reply numbers;
 // keyBase is key's.
-func strictCall(base string, limit Limit, n int64, gcra, sw *redis.Script, reply int) scriptCall {
-	if limit.Algorithm == TokenBucket {
-		return scriptCall{gcra, []string{base + "gcra"}, []any{limit.Limit, micros(limit.Window), limit.burst(), n}, reply, 0}
+func strictCall(base string, limit fleet.Limit, n int64, gcra, sw *redis.Script, reply int) scriptCall {
+	if limit.Algorithm == fleet.TokenBucket {
+		return scriptCall{gcra, []string{base + "gcra"}, []any{limit.Limit, micros(limit.Window), limit.Capacity(), n}, reply, 0}
 	}
 	return scriptCall{sw, []string{base + "sw"}, []any{limit.Limit, micros(limit.Window), n}, reply, 0}
 }
 
-// writeTag writes key as a hash tag: the characters that would end or
-// open one, and the escape itself, as %XX. So a '%' it writes is always
-// followed by two hex digits, which is what keeps shards' names apart
-// from every key's (see Shard).
-//
-// The empty key is written %00, which no other key's tag is (a '%' it
-// writes is followed by 7B, 7D or 25): an empty tag, {}, is no tag to
-// Redis Cluster, which would hash each of the key's Redis keys on its
-// whole name and put them in different slots.
-func writeTag(b *strings.Builder, key string) {
-	if key == "" {
-		b.WriteString("%00")
-		return
-	}
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; c {
-		case '{', '}', '%':
-			fmt.Fprintf(b, "%%%02X", c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-}
-
 func micros(d time.Duration) int64 { return max(int64(d/time.Microsecond), 1) }
-
-// Decision is the outcome of one strict, per-request decision in Redis.
-type Decision struct {
-	Allowed    bool
-	Remaining  int64
-	RetryAfter time.Duration // zero when allowed; -1 if the cost can never be admitted
-	ResetAfter time.Duration
-
-	// Shards, when not zero, says that nothing was decided: the key is
-	// split fleet-wide into Shards shards (see MarkShards) for ShardedFor
-	// more, and the request must be decided on one of ShardsOf(key,
-	// Shards), with AllowShard.
-	Shards     int
-	ShardedFor time.Duration
-}
 
 // Allow decides n requests for key against limit in Redis: one round trip
 // per call, exact across the fleet. It is the strict mode, and the
@@ -250,29 +216,29 @@ type Decision struct {
 // how key stands, deciding nothing. While key is marked as split into
 // shards (MarkShards), Allow decides nothing and says so in
 // Decision.Shards.
-func (r *Redis) Allow(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
-	return r.AllowShard(ctx, key, Shard{}, limit, n)
+func (r *Redis) Allow(ctx context.Context, key string, limit fleet.Limit, n int64) (fleet.Decision, error) {
+	return r.AllowShard(ctx, key, fleet.Shard{}, limit, n)
 }
 
 // AllowShard is Allow on one of key's shards (see ShardsOf): the part of
 // a key split by MarkShards that a request is decided on, against
 // limit, the shard's part of the key's.
-func (r *Redis) AllowShard(ctx context.Context, key string, shard Shard, limit Limit, n int64) (Decision, error) {
+func (r *Redis) AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (fleet.Decision, error) {
 	if err := limit.Validate(); err != nil {
-		return Decision{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fleet.Decision{}, fmt.Errorf("%w: %v", fleet.ErrInvalid, err)
 	}
 	if n < 0 {
-		return Decision{}, fmt.Errorf("%w: Allow's n is %d; it must not be negative", ErrInvalid, n)
+		return fleet.Decision{}, fmt.Errorf("%w: Allow's n is %d; it must not be negative", fleet.ErrInvalid, n)
 	}
 	base, err := r.keyBase(key, shard)
 	if err != nil {
-		return Decision{}, err
+		return fleet.Decision{}, err
 	}
-	call := strictCall(base, limit, min(n, MaxLimit), strictGCRA, strictSlidingWindow, 4)
+	call := strictCall(base, limit, min(n, fleet.MaxLimit), strictGCRA, strictSlidingWindow, 4)
 	call.keys = append(call.keys, base+"shards")
 	v, err := r.runOne(ctx, call)
 	if err != nil {
-		return Decision{}, err
+		return fleet.Decision{}, err
 	}
 	return r.decisionOf(key+shard.String(), limit, v)
 }

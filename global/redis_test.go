@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -67,13 +68,13 @@ func TestSyncRejectsBadUsage(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	_, err := r.Sync(ctx, &global.Request{Interval: time.Second})
-	require.ErrorIs(t, err, global.ErrInvalid)
+	_, err := r.Sync(ctx, &fleet.Request{Interval: time.Second})
+	require.ErrorIs(t, err, fleet.ErrInvalid)
 
-	ok := global.Limit{Limit: 10, Window: time.Second}
-	resp, err := r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second, Keys: []global.Usage{
+	ok := fleet.Limit{Limit: 10, Window: time.Second}
+	resp, err := r.Sync(ctx, &fleet.Request{Node: "n", Interval: time.Second, Keys: []fleet.Usage{
 		{Key: "fine", Limit: ok, Demand: 3},
-		{Key: "bad", Limit: global.Limit{Limit: 0, Window: time.Second}},
+		{Key: "bad", Limit: fleet.Limit{Limit: 0, Window: time.Second}},
 		{Key: string(make([]byte, 300)), Limit: ok},
 		{Key: "neg", Limit: ok, Consumed: -1},
 	}})
@@ -82,7 +83,7 @@ func TestSyncRejectsBadUsage(t *testing.T) {
 	assert.NoError(t, resp.Grants[0].Err)
 	assert.Equal(t, int64(3), resp.Grants[0].Lease, "the demand: no slack with an interval as long as the window")
 	for _, g := range resp.Grants[1:] {
-		assert.ErrorIs(t, g.Err, global.ErrInvalid)
+		assert.ErrorIs(t, g.Err, fleet.ErrInvalid)
 	}
 	assert.Contains(t, resp.Grants[1].Err.Error(), "Limit.Limit")
 	assert.Contains(t, resp.Grants[2].Err.Error(), "MaxKeyLen")
@@ -96,14 +97,14 @@ type holder struct {
 	consumed int64 // total reported to the fleet
 }
 
-func (h *holder) sync(t testing.TB, r *global.Redis, key string, lim global.Limit, rng *rand.Rand, demand int64) {
+func (h *holder) sync(t testing.TB, r *global.Redis, key string, lim fleet.Limit, rng *rand.Rand, demand int64) {
 	spent := int64(0)
 	if h.lease > 0 {
 		spent = rng.Int64N(h.lease + 1)
 	}
-	resp, err := r.Sync(context.Background(), &global.Request{
+	resp, err := r.Sync(context.Background(), &fleet.Request{
 		Node: h.node, Interval: 50 * time.Millisecond,
-		Keys: []global.Usage{{Key: key, Limit: lim, Consumed: spent, Demand: demand}},
+		Keys: []fleet.Usage{{Key: key, Limit: lim, Consumed: spent, Demand: demand}},
 	})
 	require.NoError(t, err)
 	g := resp.Grants[0]
@@ -120,7 +121,7 @@ func (h *holder) sync(t testing.TB, r *global.Redis, key string, lim global.Limi
 // leaseStress runs 4 nodes x 8 goroutines, each goroutine its own lease
 // holder, taking leases on one key for d, then checks that everything
 // spent fits burst + rate * elapsed exactly, by Redis's clock.
-func leaseStress(t *testing.T, c redis.UniversalClient, key string, lim global.Limit, d time.Duration) int64 {
+func leaseStress(t *testing.T, c redis.UniversalClient, key string, lim fleet.Limit, d time.Duration) int64 {
 	r := newSyncer(t, c)
 	start := redisNow(t, c)
 	var wg sync.WaitGroup
@@ -151,9 +152,9 @@ func TestLeaseConcurrencySingleNode(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	c := s.DeadlineClient(t)
-	for _, lim := range []global.Limit{
-		{Algorithm: global.TokenBucket, Limit: 2000, Window: time.Second, Burst: 300},
-		{Algorithm: global.TokenBucket, Limit: 50, Window: time.Second, Burst: 10},
+	for _, lim := range []fleet.Limit{
+		{Algorithm: fleet.TokenBucket, Limit: 2000, Window: time.Second, Burst: 300},
+		{Algorithm: fleet.TokenBucket, Limit: 50, Window: time.Second, Burst: 10},
 	} {
 		spent := leaseStress(t, c, fmt.Sprintf("stress-%d", lim.Limit), lim, 1500*time.Millisecond)
 		assert.Greater(t, spent, lim.Burst, "the fleet should spend more than one burst in 1.5s")
@@ -165,7 +166,7 @@ func TestLeaseSlidingWindowBound(t *testing.T) {
 	s := redistest.StartServer(t)
 	c := s.DeadlineClient(t)
 	r := newSyncer(t, c)
-	lim := global.Limit{Algorithm: global.SlidingWindow, Limit: 100, Window: time.Hour}
+	lim := fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 100, Window: time.Hour}
 	var wg sync.WaitGroup
 	var total atomic.Int64
 	for n := range 8 {
@@ -192,14 +193,14 @@ func TestLeaseReturned(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, lim := range []global.Limit{
-		{Algorithm: global.TokenBucket, Limit: 100, Window: time.Hour},
-		{Algorithm: global.SlidingWindow, Limit: 100, Window: time.Hour},
+	for _, lim := range []fleet.Limit{
+		{Algorithm: fleet.TokenBucket, Limit: 100, Window: time.Hour},
+		{Algorithm: fleet.SlidingWindow, Limit: 100, Window: time.Hour},
 	} {
 		key := "ret-" + lim.Algorithm.String()
-		sync := func(node string, consumed, demand int64) global.Grant {
-			resp, err := r.Sync(ctx, &global.Request{Node: node, Interval: time.Second,
-				Keys: []global.Usage{{Key: key, Limit: lim, Consumed: consumed, Demand: demand}}})
+		sync := func(node string, consumed, demand int64) fleet.Grant {
+			resp, err := r.Sync(ctx, &fleet.Request{Node: node, Interval: time.Second,
+				Keys: []fleet.Usage{{Key: key, Limit: lim, Consumed: consumed, Demand: demand}}})
 			require.NoError(t, err)
 			require.NoError(t, resp.Grants[0].Err)
 			return resp.Grants[0]
@@ -226,9 +227,9 @@ func TestLeaseShares(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	lim := global.Limit{Limit: 100, Window: time.Hour}
+	lim := fleet.Limit{Limit: 100, Window: time.Hour}
 	tests := []struct {
-		shares global.Shares
+		shares fleet.Shares
 		// the leases granted to a, b and c, syncing in turn
 		want    []int64
 		weights []float64
@@ -236,17 +237,17 @@ func TestLeaseShares(t *testing.T) {
 		// Demand-weighted: a sees only itself (weight 1), takes its 60;
 		// b's weight is 30/90, a third of the capacity: ceil(33.3) = 34,
 		// capped at its demand of 30; c's 10/100 is 10.
-		{global.DemandWeighted, []int64{60, 30, 10}, []float64{1, 30.0 / 90, 10.0 / 100}},
+		{fleet.DemandWeighted, []int64{60, 30, 10}, []float64{1, 30.0 / 90, 10.0 / 100}},
 		// Equal: a alone takes 60; b's 1/2 of 100 is 50, capped by its
 		// demand of 30; c's 1/3 of 100 is 34, capped at the 10 left.
-		{global.Equal, []int64{60, 30, 10}, []float64{1, 0.5, 1.0 / 3}},
+		{fleet.Equal, []int64{60, 30, 10}, []float64{1, 0.5, 1.0 / 3}},
 	}
 	for _, tt := range tests {
 		key := "shares-" + tt.shares.String()
 		for i, d := range []int64{60, 30, 10} {
 			node := string(rune('a' + i))
-			resp, err := r.Sync(ctx, &global.Request{Node: node, Interval: time.Second, Shares: tt.shares,
-				Keys: []global.Usage{{Key: key, Limit: lim, Demand: d}}})
+			resp, err := r.Sync(ctx, &fleet.Request{Node: node, Interval: time.Second, Shares: tt.shares,
+				Keys: []fleet.Usage{{Key: key, Limit: lim, Demand: d}}})
 			require.NoError(t, err)
 			g := resp.Grants[0]
 			require.NoError(t, g.Err)
@@ -260,13 +261,13 @@ func TestLeaseShares(t *testing.T) {
 	// both demands are known, the weight caps what each takes, so neither
 	// starves the other.
 	for _, tt := range []struct {
-		shares       global.Shares
+		shares       fleet.Shares
 		wantA, wantB int64
-	}{{global.DemandWeighted, 25, 75}, {global.Equal, 50, 50}} {
+	}{{fleet.DemandWeighted, 25, 75}, {fleet.Equal, 50, 50}} {
 		key := "cap-" + tt.shares.String()
 		sync := func(node string, demand int64) int64 {
-			resp, err := r.Sync(ctx, &global.Request{Node: node, Interval: time.Second, Shares: tt.shares,
-				Keys: []global.Usage{{Key: key, Limit: lim, Demand: demand}}})
+			resp, err := r.Sync(ctx, &fleet.Request{Node: node, Interval: time.Second, Shares: tt.shares,
+				Keys: []fleet.Usage{{Key: key, Limit: lim, Demand: demand}}})
 			require.NoError(t, err)
 			require.NoError(t, resp.Grants[0].Err)
 			return resp.Grants[0].Lease
@@ -285,11 +286,11 @@ func TestStrictSeedBurst(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	for _, tt := range []struct {
-		lim  global.Limit
+		lim  fleet.Limit
 		want int
 	}{
-		{global.Limit{Algorithm: global.TokenBucket, Limit: 100, Window: time.Minute, Burst: 120}, 120},
-		{global.Limit{Algorithm: global.SlidingWindow, Limit: 100, Window: time.Minute}, 100},
+		{fleet.Limit{Algorithm: fleet.TokenBucket, Limit: 100, Window: time.Minute, Burst: 120}, 120},
+		{fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 100, Window: time.Minute}, 100},
 	} {
 		admitted := 0
 		start := time.Now()
@@ -305,7 +306,7 @@ func TestStrictSeedBurst(t *testing.T) {
 		require.Less(t, time.Since(start), 600*time.Millisecond, "the burst must fit before a token refills")
 		assert.Equal(t, tt.want, admitted, tt.lim.Algorithm.String())
 	}
-	d, err := r.Allow(context.Background(), "too-big", global.Limit{Limit: 5, Window: time.Second}, 6)
+	d, err := r.Allow(context.Background(), "too-big", fleet.Limit{Limit: 5, Window: time.Second}, 6)
 	require.NoError(t, err)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, time.Duration(-1), d.RetryAfter)
@@ -318,7 +319,7 @@ func TestScriptFlush(t *testing.T) {
 	s := redistest.StartServer(t)
 	c := s.DeadlineClient(t)
 	r := newSyncer(t, c)
-	lim := global.Limit{Limit: 300, Window: time.Hour}
+	lim := fleet.Limit{Limit: 300, Window: time.Hour}
 	stop := make(chan struct{})
 	var flushes atomic.Int64
 	var wg sync.WaitGroup
@@ -364,18 +365,18 @@ func TestRedisKilled(t *testing.T) {
 	c := s.DeadlineClient(t)
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 300 * time.Millisecond})
 	require.NoError(t, err)
-	lim := global.Limit{Limit: 10, Window: time.Second}
-	req := &global.Request{Node: "n", Interval: time.Second, Keys: []global.Usage{{Key: "k", Limit: lim, Demand: 1}}}
+	lim := fleet.Limit{Limit: 10, Window: time.Second}
+	req := &fleet.Request{Node: "n", Interval: time.Second, Keys: []fleet.Usage{{Key: "k", Limit: lim, Demand: 1}}}
 	_, err = r.Sync(context.Background(), req)
 	require.NoError(t, err)
 
 	s.Kill()
 	start := time.Now()
 	_, err = r.Sync(context.Background(), req)
-	require.ErrorIs(t, err, global.ErrUnreachable)
+	require.ErrorIs(t, err, fleet.ErrUnreachable)
 	assert.Less(t, time.Since(start), 400*time.Millisecond)
 	_, err = r.Allow(context.Background(), "k", lim, 1)
-	require.ErrorIs(t, err, global.ErrUnreachable)
+	require.ErrorIs(t, err, fleet.ErrUnreachable)
 
 	// Back on the same port, with an empty script cache: it works again.
 	s.Restart(t)
@@ -393,13 +394,13 @@ func TestMemoryPerKey(t *testing.T) {
 	c := s.DeadlineClient(t)
 	r := newSyncer(t, c)
 	ctx := context.Background()
-	lim := global.Limit{Limit: 1000, Window: time.Minute}
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+	lim := fleet.Limit{Limit: 1000, Window: time.Minute}
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
 		lim.Algorithm = alg
 		key := "mem-" + alg.String()
 		for n := range 4 {
-			_, err := r.Sync(ctx, &global.Request{Node: fmt.Sprint("node-", n), Interval: time.Second,
-				Keys: []global.Usage{{Key: key, Limit: lim, Demand: 10}}})
+			_, err := r.Sync(ctx, &fleet.Request{Node: fmt.Sprint("node-", n), Interval: time.Second,
+				Keys: []fleet.Usage{{Key: key, Limit: lim, Demand: 10}}})
 			require.NoError(t, err)
 		}
 		// 500 tokens keep the strict token bucket's key alive for 30 s;
@@ -428,7 +429,7 @@ func TestStoredTimesKeepMicroseconds(t *testing.T) {
 	ctx := context.Background()
 	// The whole burst, so that the key outlives the read that follows
 	// (about a second) on a loaded machine.
-	lim := global.Limit{Limit: 1_000_000, Window: time.Second, Burst: 1_000_000}
+	lim := fleet.Limit{Limit: 1_000_000, Window: time.Second, Burst: 1_000_000}
 	_, err := r.Allow(ctx, "fast", lim, 1_000_000)
 	require.NoError(t, err)
 	tat, err := c.Get(ctx, "hl:{fast}:gcra").Result()
@@ -437,8 +438,8 @@ func TestStoredTimesKeepMicroseconds(t *testing.T) {
 	_, err = strconv.ParseInt(strings.TrimSuffix(tat, ".0"), 10, 64)
 	assert.NoError(t, err, "TAT %q should be whole microseconds", tat)
 
-	_, err = r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second,
-		Keys: []global.Usage{{Key: "fast", Limit: lim, Demand: 7}}})
+	_, err = r.Sync(ctx, &fleet.Request{Node: "n", Interval: time.Second,
+		Keys: []fleet.Usage{{Key: "fast", Limit: lim, Demand: 7}}})
 	require.NoError(t, err)
 	ts, err := c.HGet(ctx, "hl:{fast}:lease", "ts").Result()
 	require.NoError(t, err)
@@ -480,7 +481,7 @@ func TestRedisSilent(t *testing.T) {
 	start := time.Now()
 	_, err = r.Sync(context.Background(), oneKey("k"))
 	elapsed := time.Since(start)
-	require.ErrorIs(t, err, global.ErrUnreachable)
+	require.ErrorIs(t, err, fleet.ErrUnreachable)
 	assert.Contains(t, err.Error(), ln.Addr().String())
 	assert.Less(t, elapsed, 400*time.Millisecond, "the call must give up at its timeout")
 	t.Logf("silent Redis: %v after %v", err, elapsed.Round(time.Millisecond))

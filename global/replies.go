@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // The scripts check every value they read back from Redis (storedNum),
@@ -17,18 +19,18 @@ import (
 // leaseBound is the most a sane store leases for u: nothing when the
 // node demands nothing, else up to the burst (a lease may exceed the
 // demand by the node's part of what is free).
-func leaseBound(u *Usage) int64 {
+func leaseBound(u *fleet.Usage) int64 {
 	if u.Demand <= 0 {
 		return 0
 	}
-	return min(u.Limit.burst(), MaxLimit)
+	return min(u.Limit.Capacity(), fleet.MaxLimit)
 }
 
 // pacedBound is the most a sane store paces beside a lease of lease for
 // u: nothing unless u asked for a paced SlidingWindow lease, and the two
 // together within the limit.
-func pacedBound(u *Usage, lease int64) int64 {
-	if !u.Paced || u.Limit.Algorithm != SlidingWindow {
+func pacedBound(u *fleet.Usage, lease int64) int64 {
+	if !u.Paced || u.Limit.Algorithm != fleet.SlidingWindow {
 		return 0
 	}
 	return max(0, leaseBound(u)-lease)
@@ -36,7 +38,7 @@ func pacedBound(u *Usage, lease int64) int64 {
 
 // pacedForBound is the longest a sane store paces a lease of paced over:
 // none for none, else at most a window (the lease lapses at its edge).
-func pacedForBound(u *Usage, paced int64) int64 {
+func pacedForBound(u *fleet.Usage, paced int64) int64 {
 	if paced == 0 {
 		return 0
 	}
@@ -62,22 +64,22 @@ func (r *Redis) check(key string, bs ...bound) error {
 
 // corrupt is an error wrapping ErrCorrupt for key, naming the Redis.
 func (r *Redis) corrupt(key, format string, a ...any) error {
-	return fmt.Errorf("%w: Redis %s, key %q: %s", ErrCorrupt, r.addr, key, fmt.Sprintf(format, a...))
+	return fmt.Errorf("%w: Redis %s, key %q: %s", fleet.ErrCorrupt, r.addr, key, fmt.Sprintf(format, a...))
 }
 
 // grantOf reads and checks a lease script's reply v to u (see
 // leaseTokenBucket).
-func (r *Redis) grantOf(u Usage, v []int64) (Grant, error) {
+func (r *Redis) grantOf(u fleet.Usage, v []int64) (fleet.Grant, error) {
 	key := u.Key + u.Shard.String()
 	if v[8] != 0 {
-		err := r.check(key, bound{"a shard count", v[8], 2, MaxShards}, bound{"a mark lasting µs", v[9], 0, math.MaxInt64})
-		return Grant{Shards: int(v[8]), ShardedFor: durationOf(v[9])}, err
+		err := r.check(key, bound{"a shard count", v[8], 2, fleet.MaxShards}, bound{"a mark lasting µs", v[9], 0, math.MaxInt64})
+		return fleet.Grant{Shards: int(v[8]), ShardedFor: durationOf(v[9])}, err
 	}
 	err := r.check(key,
 		bound{"a lease", v[0], 0, leaseBound(&u)},
 		bound{"a lease TTL µs", v[1], 0, math.MaxInt64},
 		bound{"used", v[2], 0, math.MaxInt64},
-		bound{"remaining", v[3], 0, u.Limit.burst()},
+		bound{"remaining", v[3], 0, u.Limit.Capacity()},
 		bound{"active nodes", v[4], 1, math.MaxInt32},
 		bound{"a weight (millionths)", v[5], 0, 1e6},
 		bound{"reset after µs", v[6], 0, math.MaxInt64},
@@ -88,9 +90,9 @@ func (r *Redis) grantOf(u Usage, v []int64) (Grant, error) {
 		err = r.corrupt(key, "the store paced a lease of %d over no time", v[10])
 	}
 	if err != nil {
-		return Grant{}, err
+		return fleet.Grant{}, err
 	}
-	return Grant{
+	return fleet.Grant{
 		Paced:      v[10],
 		PacedFor:   durationOf(v[11]),
 		Lease:      v[0],
@@ -105,27 +107,27 @@ func (r *Redis) grantOf(u Usage, v []int64) (Grant, error) {
 
 // decisionOf reads and checks a strict script's reply v for key under
 // limit (see strictGCRA).
-func (r *Redis) decisionOf(key string, limit Limit, v []int64) (Decision, error) {
+func (r *Redis) decisionOf(key string, limit fleet.Limit, v []int64) (fleet.Decision, error) {
 	if v[0] == 2 {
-		err := r.check(key, bound{"a shard count", v[1], 2, MaxShards}, bound{"a mark lasting µs", v[3], 0, math.MaxInt64})
+		err := r.check(key, bound{"a shard count", v[1], 2, fleet.MaxShards}, bound{"a mark lasting µs", v[3], 0, math.MaxInt64})
 		if err != nil {
-			return Decision{}, err
+			return fleet.Decision{}, err
 		}
-		return Decision{Shards: int(v[1]), ShardedFor: durationOf(v[3])}, nil
+		return fleet.Decision{Shards: int(v[1]), ShardedFor: durationOf(v[3])}, nil
 	}
 	err := r.check(key,
 		bound{"a decision", v[0], 0, 1},
-		bound{"remaining", v[1], 0, limit.burst()},
+		bound{"remaining", v[1], 0, limit.Capacity()},
 		bound{"retry after µs", v[2], -1, math.MaxInt64},
 		bound{"reset after µs", v[3], 0, math.MaxInt64},
 	)
 	if err != nil {
-		return Decision{}, err
+		return fleet.Decision{}, err
 	}
-	d := Decision{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: durationOf(v[3])}
+	d := fleet.Decision{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: durationOf(v[3])}
 	switch {
 	case d.Allowed && v[2] != 0:
-		return Decision{}, r.corrupt(key, "the store admitted a request with a retry after %d µs", v[2])
+		return fleet.Decision{}, r.corrupt(key, "the store admitted a request with a retry after %d µs", v[2])
 	case v[2] < 0:
 		d.RetryAfter = -1
 	default:
@@ -140,7 +142,7 @@ func (r *Redis) markOf(key string, v []int64) (int, time.Duration, error) {
 	if v[0] == 0 && v[1] == 0 {
 		return 0, 0, nil
 	}
-	err := r.check(key, bound{"a shard count", v[0], 2, MaxShards}, bound{"a mark lasting µs", v[1], 0, math.MaxInt64})
+	err := r.check(key, bound{"a shard count", v[0], 2, fleet.MaxShards}, bound{"a mark lasting µs", v[1], 0, math.MaxInt64})
 	if err != nil {
 		return 0, 0, err
 	}

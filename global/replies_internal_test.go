@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // TestRepliesChecked feeds the reply readers what a script of another
@@ -18,11 +20,11 @@ import (
 func TestRepliesChecked(t *testing.T) {
 	t.Parallel()
 	r := &Redis{addr: "redis.test:6379"}
-	u := Usage{Key: "k", Limit: Limit{Limit: 100, Window: time.Second}, Demand: 50}
+	u := fleet.Usage{Key: "k", Limit: fleet.Limit{Limit: 100, Window: time.Second}, Demand: 50}
 	ok := []int64{10, 2000, 40, 60, 1, 1e6, 500, 1, 0, 0, 0, 0}
 	g, err := r.grantOf(u, ok)
 	require.NoError(t, err)
-	assert.Equal(t, Grant{Lease: 10, TTL: 2 * time.Millisecond, Used: 40, Remaining: 60, Nodes: 1, Weight: 1, ResetAfter: 500 * time.Microsecond}, g)
+	assert.Equal(t, fleet.Grant{Lease: 10, TTL: 2 * time.Millisecond, Used: 40, Remaining: 60, Nodes: 1, Weight: 1, ResetAfter: 500 * time.Microsecond}, g)
 
 	grants := []struct {
 		name string
@@ -39,7 +41,7 @@ func TestRepliesChecked(t *testing.T) {
 		{"negative reset", 6, math.MinInt64},
 		{"zero shards", 8, -1},
 		{"one shard", 8, 1},
-		{"too many shards", 8, MaxShards + 1},
+		{"too many shards", 8, fleet.MaxShards + 1},
 		{"paced unasked", 10, 5},
 		{"a pace lasting without one", 11, 1000},
 	}
@@ -47,17 +49,17 @@ func TestRepliesChecked(t *testing.T) {
 		v := append([]int64(nil), ok...)
 		v[tt.i] = tt.v
 		_, err := r.grantOf(u, v)
-		assert.ErrorIs(t, err, ErrCorrupt, tt.name)
+		assert.ErrorIs(t, err, fleet.ErrCorrupt, tt.name)
 	}
 	marked := append([]int64(nil), ok...)
 	marked[8], marked[9] = 4, -1
 	_, err = r.grantOf(u, marked)
-	assert.ErrorIs(t, err, ErrCorrupt, "a mark lasting less than nothing")
+	assert.ErrorIs(t, err, fleet.ErrCorrupt, "a mark lasting less than nothing")
 
 	// A paced sliding window lease: the lease and its paced part within
 	// the limit, paced over at most a window, and over some time.
 	pu := u
-	pu.Paced, pu.Limit.Algorithm = true, SlidingWindow
+	pu.Paced, pu.Limit.Algorithm = true, fleet.SlidingWindow
 	paced := append([]int64(nil), ok...)
 	paced[10], paced[11] = 90, 200_000
 	g, err = r.grantOf(pu, paced)
@@ -68,13 +70,13 @@ func TestRepliesChecked(t *testing.T) {
 		v := append([]int64(nil), paced...)
 		v[10], v[11] = bad[0], bad[1]
 		_, err := r.grantOf(pu, v)
-		assert.ErrorIs(t, err, ErrCorrupt, "paced %d over %d µs", bad[0], bad[1])
+		assert.ErrorIs(t, err, fleet.ErrCorrupt, "paced %d over %d µs", bad[0], bad[1])
 	}
 
-	lim := Limit{Limit: 100, Window: time.Second}
+	lim := fleet.Limit{Limit: 100, Window: time.Second}
 	d, err := r.decisionOf("k", lim, []int64{1, 99, 0, 10})
 	require.NoError(t, err)
-	assert.Equal(t, Decision{Allowed: true, Remaining: 99, ResetAfter: 10 * time.Microsecond}, d)
+	assert.Equal(t, fleet.Decision{Allowed: true, Remaining: 99, ResetAfter: 10 * time.Microsecond}, d)
 	for _, v := range [][]int64{
 		{3, 0, 0, 0},     // no such outcome
 		{-1, 0, 0, 0},    // nor this
@@ -88,22 +90,22 @@ func TestRepliesChecked(t *testing.T) {
 		{0, 0, 5, -10},   // a reset before now
 	} {
 		_, err := r.decisionOf("k", lim, v)
-		assert.ErrorIs(t, err, ErrCorrupt, "%v", v)
+		assert.ErrorIs(t, err, fleet.ErrCorrupt, "%v", v)
 	}
 
 	for _, v := range [][]int64{{0, 0}, {4, 0}, {4, 1000}} {
 		_, _, err := r.markOf("k", v)
 		assert.NoError(t, err, "%v", v)
 	}
-	for _, v := range [][]int64{{0, 1000}, {1, 1000}, {-4, 1000}, {4, -1}, {MaxShards + 1, 0}} {
+	for _, v := range [][]int64{{0, 1000}, {1, 1000}, {-4, 1000}, {4, -1}, {fleet.MaxShards + 1, 0}} {
 		_, _, err := r.markOf("k", v)
-		assert.ErrorIs(t, err, ErrCorrupt, "%v", v)
+		assert.ErrorIs(t, err, fleet.ErrCorrupt, "%v", v)
 	}
 
 	call := scriptCall{keys: []string{"hl:{k}:lease"}, reply: 2}
 	for _, v := range []any{"OK", []any{int64(1)}, []any{int64(1), "x"}, []any{int64(1), 2.5}} {
 		_, err := r.int64s(call, v)
-		assert.ErrorIs(t, err, ErrCorrupt, "%v", v)
+		assert.ErrorIs(t, err, fleet.ErrCorrupt, "%v", v)
 	}
 	assert.Equal(t, time.Duration(math.MaxInt64), durationOf(math.MaxInt64/1000+1), "saturates")
 }
@@ -118,13 +120,13 @@ func FuzzReplies(f *testing.F) {
 	f.Add(int64(100), int64(50), []byte{10, 0, 0, 0, 0, 0, 0, 0, 208, 7, 0, 0, 0, 0, 0, 0})
 	f.Add(int64(1), int64(0), []byte{255, 255, 255, 255, 255, 255, 255, 255, 1})
 	f.Fuzz(func(t *testing.T, limit, demand int64, raw []byte) {
-		lim := Limit{Limit: max(1, min(limit, MaxLimit)), Window: time.Second}
+		lim := fleet.Limit{Limit: max(1, min(limit, fleet.MaxLimit)), Window: time.Second}
 		if lim.Validate() != nil {
 			return
 		}
-		u := Usage{Key: "k", Limit: lim, Demand: max(0, demand)}
+		u := fleet.Usage{Key: "k", Limit: lim, Demand: max(0, demand)}
 		if limit%2 != 0 { // a paced sliding window
-			u.Limit.Algorithm, u.Paced = SlidingWindow, true
+			u.Limit.Algorithm, u.Paced = fleet.SlidingWindow, true
 		}
 		v := make([]int64, 12)
 		for i := range v {
@@ -136,34 +138,34 @@ func FuzzReplies(f *testing.F) {
 		g, err := r.grantOf(u, v)
 		switch {
 		case err != nil:
-			require.ErrorIs(t, err, ErrCorrupt)
+			require.ErrorIs(t, err, fleet.ErrCorrupt)
 		case g.Shards != 0:
-			require.True(t, g.Shards >= 2 && g.Shards <= MaxShards, "shards %d", g.Shards)
+			require.True(t, g.Shards >= 2 && g.Shards <= fleet.MaxShards, "shards %d", g.Shards)
 			require.GreaterOrEqual(t, g.ShardedFor, time.Duration(0))
 		default:
-			require.True(t, g.Lease >= 0 && g.Lease <= lim.burst() && g.Lease <= u.Demand, "lease %d", g.Lease)
-			require.True(t, g.Used >= 0 && g.Remaining >= 0 && g.Remaining <= lim.burst())
+			require.True(t, g.Lease >= 0 && g.Lease <= lim.Capacity() && g.Lease <= u.Demand, "lease %d", g.Lease)
+			require.True(t, g.Used >= 0 && g.Remaining >= 0 && g.Remaining <= lim.Capacity())
 			require.True(t, g.Nodes >= 1 && g.Weight >= 0 && g.Weight <= 1)
 			require.True(t, g.TTL >= 0 && g.ResetAfter >= 0)
-			require.True(t, g.Paced >= 0 && g.Lease+g.Paced <= lim.burst(), "paced %d", g.Paced)
+			require.True(t, g.Paced >= 0 && g.Lease+g.Paced <= lim.Capacity(), "paced %d", g.Paced)
 			require.True(t, g.PacedFor >= 0 && g.PacedFor <= lim.Window && (g.Paced == 0 || g.PacedFor > 0), "paced for %v", g.PacedFor)
 		}
 		d, err := r.decisionOf("k", lim, v[:4])
 		switch {
 		case err != nil:
-			require.ErrorIs(t, err, ErrCorrupt)
+			require.ErrorIs(t, err, fleet.ErrCorrupt)
 		case d.Shards != 0:
-			require.True(t, d.Shards >= 2 && d.Shards <= MaxShards)
+			require.True(t, d.Shards >= 2 && d.Shards <= fleet.MaxShards)
 		default:
-			require.True(t, d.Remaining >= 0 && d.Remaining <= lim.burst())
+			require.True(t, d.Remaining >= 0 && d.Remaining <= lim.Capacity())
 			require.True(t, d.RetryAfter >= -1 && d.ResetAfter >= 0)
 			require.False(t, d.Allowed && d.RetryAfter != 0)
 		}
 		n, left, err := r.markOf("k", v[:2])
 		if err != nil {
-			require.ErrorIs(t, err, ErrCorrupt)
+			require.ErrorIs(t, err, fleet.ErrCorrupt)
 		} else {
-			require.True(t, n == 0 || (n >= 2 && n <= MaxShards))
+			require.True(t, n == 0 || (n >= 2 && n <= fleet.MaxShards))
 			require.GreaterOrEqual(t, left, time.Duration(0))
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/faultnet"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -36,17 +37,17 @@ func TestLostReplyNotRetried(t *testing.T) {
 	r, err := global.NewRedis(ctx, global.RedisConfig{Client: c})
 	require.NoError(t, err)
 
-	lim := global.Limit{Limit: 1000, Window: time.Hour} // no refill to speak of
-	sync := func(consumed int64) (*global.Response, error) {
-		return r.Sync(ctx, &global.Request{Node: "n", Interval: 100 * time.Millisecond,
-			Keys: []global.Usage{{Key: "k", Limit: lim, Consumed: consumed}}})
+	lim := fleet.Limit{Limit: 1000, Window: time.Hour} // no refill to speak of
+	sync := func(consumed int64) (*fleet.Response, error) {
+		return r.Sync(ctx, &fleet.Request{Node: "n", Interval: 100 * time.Millisecond,
+			Keys: []fleet.Usage{{Key: "k", Limit: lim, Consumed: consumed}}})
 	}
 	_, err = sync(0) // the script is loaded, the connection open
 	require.NoError(t, err)
 
 	p.LoseReplies(1)
 	_, err = sync(100)
-	assert.ErrorIs(t, err, global.ErrUnreachable, "a sync whose reply is lost fails")
+	assert.ErrorIs(t, err, fleet.ErrUnreachable, "a sync whose reply is lost fails")
 
 	resp, err := sync(0)
 	require.NoError(t, err)

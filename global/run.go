@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // scriptCall is one script to run on keys with args, and how many
@@ -202,9 +204,9 @@ func (r *Redis) failed(addr, name string, err error) callResult {
 	case redis.HasErrorPrefix(err, "CORRUPT ") || redis.HasErrorPrefix(err, "WRONGTYPE "):
 		// A script found what no script wrote, or the key holds
 		// another type: the store's state, not the request.
-		return callResult{err: fmt.Errorf("%w: Redis %s, keys %s: %w", ErrCorrupt, addr, name, err)}
+		return callResult{err: fmt.Errorf("%w: Redis %s, keys %s: %w", fleet.ErrCorrupt, addr, name, err)}
 	default:
-		return callResult{err: fmt.Errorf("%w: Redis %s, keys %s: %w", ErrInvalid, addr, name, err)}
+		return callResult{err: fmt.Errorf("%w: Redis %s, keys %s: %w", fleet.ErrInvalid, addr, name, err)}
 	}
 }
 
@@ -224,7 +226,7 @@ func (c scriptCall) name() string {
 func (r *Redis) batchOf(addr string, c scriptCall, v any) callResult {
 	list, ok := v.([]any)
 	if !ok || len(list) < 1 || len(list) > c.batch {
-		err := fmt.Errorf("%w: Redis %s, keys %s: the script answered %T of %d replies; want 1 to %d", ErrCorrupt, addr, c.name(), v, len(list), c.batch)
+		err := fmt.Errorf("%w: Redis %s, keys %s: the script answered %T of %d replies; want 1 to %d", fleet.ErrCorrupt, addr, c.name(), v, len(list), c.batch)
 		return callResult{err: err}
 	}
 	out := callResult{items: make([]callResult, len(list)), down: true}
@@ -243,7 +245,7 @@ func (r *Redis) batchOf(addr string, c scriptCall, v any) callResult {
 // int64s reads c's reply v: a list of c.reply integers.
 func (r *Redis) int64s(c scriptCall, v any) ([]int64, error) {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: Redis %s, key %q: the script answered %s", ErrCorrupt, r.addr, c.keys[0], fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: Redis %s, key %q: the script answered %s", fleet.ErrCorrupt, r.addr, c.keys[0], fmt.Sprintf(format, a...))
 	}
 	list, ok := v.([]any)
 	if !ok {
@@ -321,9 +323,9 @@ func (r *Redis) unreachable(addr string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		// The deadline is RedisConfig.Timeout's, or an earlier one of
 		// the caller's (a hybrid Limiter's SyncTimeout).
-		return fmt.Errorf("%w: Redis %s did not answer in time (RedisConfig.Timeout is %v, or the caller's deadline was sooner): %w", ErrUnreachable, addr, r.cfg.Timeout, err)
+		return fmt.Errorf("%w: Redis %s did not answer in time (RedisConfig.Timeout is %v, or the caller's deadline was sooner): %w", fleet.ErrUnreachable, addr, r.cfg.Timeout, err)
 	}
-	return fmt.Errorf("%w: Redis %s: %w", ErrUnreachable, addr, err)
+	return fmt.Errorf("%w: Redis %s: %w", fleet.ErrUnreachable, addr, err)
 }
 
 // once is a pipeline whose script calls go-redis never sends twice. A

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // The Lua scripts run atomically in Redis and take the time from Redis's
@@ -41,8 +43,8 @@ import (
 // written are kept within it (clampN).
 var storedNum = `
 local huge = 4611686018427387904
-local maxShards = ` + strconv.Itoa(MaxShards) + `
-local maxLimit = ` + strconv.Itoa(MaxLimit) + `
+local maxShards = ` + strconv.Itoa(fleet.MaxShards) + `
+local maxLimit = ` + strconv.Itoa(fleet.MaxLimit) + `
 
 local function broken(why)
   error('CORRUPT ' .. why, 0)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/partition"
@@ -23,8 +24,8 @@ func TestReportsIdempotent(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
-		lim := global.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+		lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
 		key := "series-" + alg.String()
 		steps := []struct {
 			name            string
@@ -55,16 +56,16 @@ func TestSeriesValidated(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
-	lim := global.Limit{Limit: 10, Window: time.Second}
-	resp, err := r.Sync(context.Background(), &global.Request{Node: "n", Interval: time.Second, Keys: []global.Usage{
-		{Key: "a", Limit: lim, Series: global.MaxLimit + 1},
-		{Key: "b", Limit: lim, Series: 1, Total: global.MaxLimit + 1},
+	lim := fleet.Limit{Limit: 10, Window: time.Second}
+	resp, err := r.Sync(context.Background(), &fleet.Request{Node: "n", Interval: time.Second, Keys: []fleet.Usage{
+		{Key: "a", Limit: lim, Series: fleet.MaxLimit + 1},
+		{Key: "b", Limit: lim, Series: 1, Total: fleet.MaxLimit + 1},
 		{Key: "c", Limit: lim, Series: 1, Total: -1},
-		{Key: "d", Limit: lim, Series: global.MaxLimit, Total: global.MaxLimit, Demand: 1},
+		{Key: "d", Limit: lim, Series: fleet.MaxLimit, Total: fleet.MaxLimit, Demand: 1},
 	}})
 	require.NoError(t, err)
 	for _, g := range resp.Grants[:3] {
-		assert.ErrorIs(t, g.Err, global.ErrInvalid)
+		assert.ErrorIs(t, g.Err, fleet.ErrInvalid)
 	}
 	assert.NoError(t, resp.Grants[3].Err)
 }
@@ -73,7 +74,7 @@ func TestSeriesValidated(t *testing.T) {
 // factors lie in [0, 1]; the last may last for ever (Until 0).
 func TestFallbackValidated(t *testing.T) {
 	t.Parallel()
-	ok := &global.Request{Node: "n", Interval: time.Second, Fallback: partition.DefaultSteps}
+	ok := &fleet.Request{Node: "n", Interval: time.Second, Fallback: partition.DefaultSteps}
 	require.NoError(t, ok.Validate())
 	for _, steps := range [][]partition.Step{
 		{{Until: time.Second, Factor: math.NaN()}},
@@ -82,18 +83,18 @@ func TestFallbackValidated(t *testing.T) {
 		{{Until: -time.Second, Factor: 1}},
 		{{Until: time.Second, Factor: 1}, {Until: time.Second, Factor: 0.5}},
 		{{Until: 0, Factor: 1}, {Until: time.Second, Factor: 0.5}},
-		make([]partition.Step, global.MaxFallbackSteps+1),
+		make([]partition.Step, fleet.MaxFallbackSteps+1),
 	} {
-		r := &global.Request{Node: "n", Interval: time.Second, Fallback: steps}
-		assert.ErrorIs(t, r.Validate(), global.ErrInvalid, "%+v", steps)
+		r := &fleet.Request{Node: "n", Interval: time.Second, Fallback: steps}
+		assert.ErrorIs(t, r.Validate(), fleet.ErrInvalid, "%+v", steps)
 	}
 }
 
 // syncSeries syncs one report of key for node, with a series and Total.
-func syncSeries(t *testing.T, r *global.Redis, node, key string, lim global.Limit, series uint64, total, consumed, demand int64) global.Grant {
+func syncSeries(t *testing.T, r *global.Redis, node, key string, lim fleet.Limit, series uint64, total, consumed, demand int64) fleet.Grant {
 	t.Helper()
-	resp, err := r.Sync(context.Background(), &global.Request{Node: node, Interval: time.Second,
-		Keys: []global.Usage{{Key: key, Limit: lim, Consumed: consumed, Demand: demand, Series: series, Total: total}}})
+	resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: time.Second,
+		Keys: []fleet.Usage{{Key: key, Limit: lim, Consumed: consumed, Demand: demand, Series: series, Total: total}}})
 	require.NoError(t, err)
 	require.NoError(t, resp.Grants[0].Err)
 	return resp.Grants[0]
@@ -109,8 +110,8 @@ func TestLateReportKeepsLease(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
-		lim := global.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+		lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
 		key := "late-" + alg.String()
 		// The later report, applied first: 20 spent, 600 leased.
 		g := syncSeries(t, r, "n", key, lim, 5, 20, 20, 600)
@@ -138,24 +139,24 @@ func TestRestartedNodeNotForgiven(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
-	lim := global.Limit{Limit: 1000, Window: time.Second}
+	lim := fleet.Limit{Limit: 1000, Window: time.Second}
 	const interval = 10 * time.Millisecond
 	steps := []partition.Step{{Until: 200 * time.Millisecond, Factor: 1}, {Factor: 0.5}}
-	sync := func(node string, u global.Usage) global.Grant {
+	sync := func(node string, u fleet.Usage) fleet.Grant {
 		u.Key, u.Limit = "restart", lim
-		resp, err := r.Sync(context.Background(), &global.Request{Node: node, Interval: interval, Fallback: steps, Keys: []global.Usage{u}})
+		resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: interval, Fallback: steps, Keys: []fleet.Usage{u}})
 		require.NoError(t, err)
 		require.NoError(t, resp.Grants[0].Err)
 		return resp.Grants[0]
 	}
-	require.Equal(t, int64(1000), sync("b", global.Usage{Demand: 1000}).Lease)
-	require.Equal(t, int64(0), sync("a", global.Usage{Demand: 500, Series: 1}).Lease) // a is known, demanding, with no lease
+	require.Equal(t, int64(1000), sync("b", fleet.Usage{Demand: 1000}).Lease)
+	require.Equal(t, int64(0), sync("a", fleet.Usage{Demand: 500, Series: 1}).Lease) // a is known, demanding, with no lease
 	time.Sleep(250 * time.Millisecond)
 	// b spent its lease; a is silent and reserved for: 200 at rate 1/ms.
 	start := time.Now()
-	before := sync("b", global.Usage{Consumed: 1000})
+	before := sync("b", fleet.Usage{Consumed: 1000})
 	// a restarts: a new series, 100 spent since.
-	after := sync("a", global.Usage{Consumed: 100, Series: 2, Total: 100})
+	after := sync("a", fleet.Usage{Consumed: 100, Series: 2, Total: 100})
 	// The bucket refills a token a millisecond between the two scripts,
 	// at most the time both calls took: 1-3 ms alone, 17 once under a
 	// loaded CI's -race. Forgiven, the report would add nothing, and used

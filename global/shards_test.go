@@ -9,19 +9,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 // itself is the key itself, as the shard the lease calls take.
-var itself = []global.Shard{{}}
+var itself = []fleet.Shard{{}}
 
 func TestShardsOf(t *testing.T) {
 	t.Parallel()
 	for _, key := range []string{"tenant-1", "weird{key}%", ""} {
 		for _, n := range []int{1, 3, 12} {
-			shards := global.ShardsOf(key, n)
+			shards := fleet.ShardsOf(key, n)
 			assert.Len(t, shards, n)
 			seen := map[string]bool{}
 			for i, sh := range shards {
@@ -46,7 +47,7 @@ func TestShardNames(t *testing.T) {
 	t.Parallel()
 	shards := map[string]string{} // Redis name -> whose shard
 	for _, key := range []string{"a", "a#0", "a%", "a%#0", "a%25#0", "a%23", "{a}", "a}%#0{"} {
-		for _, sh := range global.ShardsOf(key, 16) {
+		for _, sh := range fleet.ShardsOf(key, 16) {
 			name := global.RedisShardKeyForTest("hl:", key, sh, "lease")
 			assert.NotContains(t, shards, name, "%q and %q share a shard", key, shards[name])
 			shards[name] = key + sh.String()
@@ -58,7 +59,7 @@ func TestShardNames(t *testing.T) {
 			assert.NotContains(t, shards, name, "user key %q names shard %s", k, shards[name])
 		}
 	}
-	assert.Equal(t, "", global.Shard{}.String())
+	assert.Equal(t, "", fleet.Shard{}.String())
 }
 
 // FuzzShardNames: no user key, whatever its bytes, is named in Redis as
@@ -69,12 +70,12 @@ func FuzzShardNames(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, user, key string, n uint8) {
 		name := global.RedisKeyForTest("hl:", user, "lease")
-		for _, sh := range global.ShardsOf(key, int(n%16)+1) {
+		for _, sh := range fleet.ShardsOf(key, int(n%16)+1) {
 			if s := global.RedisShardKeyForTest("hl:", key, sh, "lease"); s == name {
 				t.Fatalf("user key %q is named %s, as shard %s of %q", user, name, sh, key)
 			}
 			if user != key {
-				for _, other := range global.ShardsOf(user, int(n%16)+1) {
+				for _, other := range fleet.ShardsOf(user, int(n%16)+1) {
 					if global.RedisShardKeyForTest("hl:", user, other, "lease") == global.RedisShardKeyForTest("hl:", key, sh, "lease") {
 						t.Fatalf("%q and %q share a shard", user, key)
 					}
@@ -92,9 +93,9 @@ func TestMarkShards(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
 		key := "marked-" + alg.String()
-		lim := global.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
+		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
 		d, err := r.Allow(ctx, key, lim, 1)
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
@@ -121,7 +122,7 @@ func TestMarkShards(t *testing.T) {
 		assert.Equal(t, int64(98), d.Remaining, "what was decided while marked was not counted")
 	}
 	_, err := r.MarkShards(ctx, "k", 1, time.Second)
-	require.ErrorIs(t, err, global.ErrInvalid)
+	require.ErrorIs(t, err, fleet.ErrInvalid)
 }
 
 // TestChargeAtLeast checks that charging a key raises what it shows spent
@@ -131,8 +132,8 @@ func TestChargeAtLeast(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
-		lim := global.Limit{Algorithm: alg, Limit: 100, Window: time.Hour}
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Hour}
 		for _, tc := range []struct {
 			name    string
 			before  int64 // admitted before the charges
@@ -169,16 +170,16 @@ func TestChargeAtLeast(t *testing.T) {
 }
 
 // sync1 syncs one key for node and returns its grant.
-func sync1(t *testing.T, r *global.Redis, node, key string, lim global.Limit, consumed, demand int64) global.Grant {
+func sync1(t *testing.T, r *global.Redis, node, key string, lim fleet.Limit, consumed, demand int64) fleet.Grant {
 	t.Helper()
-	return syncShard(t, r, node, key, global.Shard{}, lim, consumed, demand)
+	return syncShard(t, r, node, key, fleet.Shard{}, lim, consumed, demand)
 }
 
 // syncShard syncs one shard of key for node and returns its grant.
-func syncShard(t *testing.T, r *global.Redis, node, key string, shard global.Shard, lim global.Limit, consumed, demand int64) global.Grant {
+func syncShard(t *testing.T, r *global.Redis, node, key string, shard fleet.Shard, lim fleet.Limit, consumed, demand int64) fleet.Grant {
 	t.Helper()
-	resp, err := r.Sync(context.Background(), &global.Request{Node: node, Interval: time.Second,
-		Keys: []global.Usage{{Key: key, Shard: shard, Limit: lim, Consumed: consumed, Demand: demand}}})
+	resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: time.Second,
+		Keys: []fleet.Usage{{Key: key, Shard: shard, Limit: lim, Consumed: consumed, Demand: demand}}})
 	require.NoError(t, err)
 	require.NoError(t, resp.Grants[0].Err)
 	return resp.Grants[0]
@@ -196,9 +197,9 @@ func TestLeaseShardMark(t *testing.T) {
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
 	const ttl = 300 * time.Millisecond
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
 		key := "lease-marked-" + alg.String()
-		lim := global.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
+		lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
 		g := sync1(t, r, "a", key, lim, 0, 100)
 		require.Equal(t, int64(100), g.Lease)
 		require.Zero(t, g.Shards)
@@ -225,7 +226,7 @@ func TestLeaseShardMark(t *testing.T) {
 		assert.InDelta(t, ttl, left, float64(100*time.Millisecond))
 
 		g = sync1(t, r, "a", key, lim, 500, 100)
-		assert.Equal(t, global.Grant{Shards: 4, ShardedFor: g.ShardedFor}, g, alg)
+		assert.Equal(t, fleet.Grant{Shards: 4, ShardedFor: g.ShardedFor}, g, alg)
 		assert.InDelta(t, ttl, g.ShardedFor, float64(100*time.Millisecond))
 		ended, err := r.EndLeaseShards(ctx, key)
 		require.NoError(t, err)
@@ -236,7 +237,7 @@ func TestLeaseShardMark(t *testing.T) {
 			return err == nil && left == 0
 		}, 2*time.Second, 20*time.Millisecond, "the mark runs out")
 		g = sync1(t, r, "a", key, lim, 500, 100)
-		assert.Equal(t, global.Grant{Shards: 4}, g, "%v: still sent to the shards, with no time left, until the merge", alg)
+		assert.Equal(t, fleet.Grant{Shards: 4}, g, "%v: still sent to the shards, with no time left, until the merge", alg)
 		n, left, err = r.MarkLeaseShards(ctx, key, 0, ttl, lim)
 		require.NoError(t, err)
 		assert.Equal(t, 4, n)
@@ -258,10 +259,10 @@ func TestLeaseShardMark(t *testing.T) {
 		assert.Zero(t, g.Shards)
 		assert.Equal(t, int64(100), g.Used, alg)
 	}
-	_, _, err := r.MarkLeaseShards(ctx, "k", 1, time.Second, global.Limit{Limit: 1, Window: time.Second})
-	require.ErrorIs(t, err, global.ErrInvalid)
-	_, _, err = r.MarkLeaseShards(ctx, "k", 2, time.Second, global.Limit{})
-	require.ErrorIs(t, err, global.ErrInvalid)
+	_, _, err := r.MarkLeaseShards(ctx, "k", 1, time.Second, fleet.Limit{Limit: 1, Window: time.Second})
+	require.ErrorIs(t, err, fleet.ErrInvalid)
+	_, _, err = r.MarkLeaseShards(ctx, "k", 2, time.Second, fleet.Limit{})
+	require.ErrorIs(t, err, fleet.ErrInvalid)
 }
 
 // TestLeaseUsedAndCharge checks that LeaseUsed sums what lease states
@@ -272,8 +273,8 @@ func TestLeaseUsedAndCharge(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
-		lim := global.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+		lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
 		for _, tc := range []struct {
 			name    string
 			leased  int64 // by node a, before the charges
@@ -305,7 +306,7 @@ func TestLeaseUsedAndCharge(t *testing.T) {
 		}
 		// Summed over keys, as over a key's shards.
 		key := "lsum-" + alg.String()
-		shards := global.ShardsOf(key, 3)
+		shards := fleet.ShardsOf(key, 3)
 		for i, sh := range shards {
 			syncShard(t, r, "a", key, sh, lim, 0, int64(10*(i+1)))
 		}
@@ -313,11 +314,11 @@ func TestLeaseUsedAndCharge(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(60), used, alg)
 	}
-	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, "k", itself, global.Limit{}, 5, 0), global.ErrInvalid)
-	lim := global.Limit{Limit: 1000, Window: time.Hour}
-	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, "k", itself, lim, 5, -time.Second), global.ErrInvalid)
-	_, err := r.LeaseUsed(ctx, "k", itself, global.Limit{})
-	require.ErrorIs(t, err, global.ErrInvalid)
+	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, "k", itself, fleet.Limit{}, 5, 0), fleet.ErrInvalid)
+	lim := fleet.Limit{Limit: 1000, Window: time.Hour}
+	require.ErrorIs(t, r.ChargeLeasesAtLeast(ctx, "k", itself, lim, 5, -time.Second), fleet.ErrInvalid)
+	_, err := r.LeaseUsed(ctx, "k", itself, fleet.Limit{})
+	require.ErrorIs(t, err, fleet.ErrInvalid)
 }
 
 // TestChargeForgetsStaleNodes checks that a charge with an interval
@@ -330,9 +331,9 @@ func TestChargeForgetsStaleNodes(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
+	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
 		key := "forget-" + alg.String()
-		lim := global.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
+		lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
 		require.Equal(t, int64(100), sync1(t, r, "old", key, lim, 0, 100).Lease)
 		time.Sleep(400 * time.Millisecond)
 		require.Equal(t, int64(100), sync1(t, r, "new", key, lim, 0, 100).Lease)
@@ -358,7 +359,7 @@ func TestShardStateUnreachable(t *testing.T) {
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
 	const victim, n = "tenant:victim", 12
-	per := global.Limit{Limit: 10, Window: time.Minute}
+	per := fleet.Limit{Limit: 10, Window: time.Minute}
 	for i := range 200 {
 		for _, sep := range []string{"#", "%#", "%25#"} {
 			key := victim + sep + fmt.Sprint(i)
@@ -369,7 +370,7 @@ func TestShardStateUnreachable(t *testing.T) {
 		}
 	}
 	strictLeft, leased := int64(0), int64(0)
-	for _, shard := range global.ShardsOf(victim, n) {
+	for _, shard := range fleet.ShardsOf(victim, n) {
 		d, err := r.AllowShard(ctx, victim, shard, per, 0)
 		require.NoError(t, err)
 		strictLeft += d.Remaining

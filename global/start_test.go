@@ -9,15 +9,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/faultnet"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 // oneKey is a request for one key, as a node's first sync sends it.
-func oneKey(key string) *global.Request {
-	return &global.Request{Node: "n", Interval: time.Second,
-		Keys: []global.Usage{{Key: key, Limit: global.Limit{Limit: 10, Window: time.Second}, Demand: 1}}}
+func oneKey(key string) *fleet.Request {
+	return &fleet.Request{Node: "n", Interval: time.Second,
+		Keys: []fleet.Usage{{Key: key, Limit: fleet.Limit{Limit: 10, Window: time.Second}, Demand: 1}}}
 }
 
 // TestNewRedisWithoutRedis: a service starts while Redis is down, the
@@ -32,11 +33,11 @@ func TestNewRedisWithoutRedis(t *testing.T) {
 	require.NoError(t, err, "Redis down at start-up")
 
 	_, err = r.Sync(ctx, oneKey("k"))
-	require.ErrorIs(t, err, global.ErrUnreachable)
+	require.ErrorIs(t, err, fleet.ErrUnreachable)
 	assert.Contains(t, err.Error(), s.Addr, "the error names the address")
 	assert.Contains(t, err.Error(), "did not answer in time", "and the cause")
-	_, err = r.Allow(ctx, "k", global.Limit{Limit: 10, Window: time.Second}, 1)
-	require.ErrorIs(t, err, global.ErrUnreachable)
+	_, err = r.Allow(ctx, "k", fleet.Limit{Limit: 10, Window: time.Second}, 1)
+	require.ErrorIs(t, err, fleet.ErrUnreachable)
 	assert.Contains(t, err.Error(), s.Addr)
 
 	s.Restart(t)

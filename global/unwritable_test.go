@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -25,7 +26,7 @@ import (
 // in the request, which would drop the report and refuse the key.
 func TestUnwritableIsUnreachable(t *testing.T) {
 	t.Parallel()
-	lim := global.Limit{Limit: 100, Window: time.Second}
+	lim := fleet.Limit{Limit: 100, Window: time.Second}
 	tests := []struct {
 		name   string
 		prefix string                      // of Redis's error
@@ -97,19 +98,19 @@ return 1`, nil).Err()
 			_, err = r.Sync(ctx, oneKey("known"))
 			require.NoError(t, err)
 			req := oneKey("known")
-			req.Keys = append(req.Keys, global.Usage{Key: "new", Limit: lim, Demand: 5})
+			req.Keys = append(req.Keys, fleet.Usage{Key: "new", Limit: lim, Demand: 5})
 
 			undo := tt.refuse(t, s, admin)
 			resp, err := r.Sync(ctx, req)
 			if err == nil {
 				t.Fatalf("Sync succeeded; grants %+v", resp.Grants)
 			}
-			require.ErrorIs(t, err, global.ErrUnreachable)
+			require.ErrorIs(t, err, fleet.ErrUnreachable)
 			assert.Contains(t, err.Error(), tt.prefix)
 			assert.Contains(t, err.Error(), s.Addr)
 			t.Logf("Sync: %v", err)
 			_, err = r.Allow(ctx, "known", lim, 1)
-			require.ErrorIs(t, err, global.ErrUnreachable)
+			require.ErrorIs(t, err, fleet.ErrUnreachable)
 			assert.Contains(t, err.Error(), tt.prefix)
 
 			undo()
@@ -130,11 +131,11 @@ func TestCorruptValueIsNotAnOutage(t *testing.T) {
 	c := s.Client(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	lim := global.Limit{Limit: 100, Window: time.Minute}
+	lim := fleet.Limit{Limit: 100, Window: time.Minute}
 	require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", "bad", "lease"), "tokens", "connection").Err())
-	resp, err := r.Sync(ctx, &global.Request{Node: "n", Interval: time.Second,
-		Keys: []global.Usage{{Key: "fine", Limit: lim, Demand: 10}, {Key: "bad", Limit: lim, Demand: 10}}})
+	resp, err := r.Sync(ctx, &fleet.Request{Node: "n", Interval: time.Second,
+		Keys: []fleet.Usage{{Key: "fine", Limit: lim, Demand: 10}, {Key: "bad", Limit: lim, Demand: 10}}})
 	require.NoError(t, err, "one key's corrupt state failed the whole Sync")
 	assert.NoError(t, resp.Grants[0].Err)
-	assert.ErrorIs(t, resp.Grants[1].Err, global.ErrCorrupt)
+	assert.ErrorIs(t, resp.Grants[1].Err, fleet.ErrCorrupt)
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
@@ -15,7 +15,7 @@ import (
 )
 
 // limiters starts a hybrid Limiter on each node of c.
-func limiters(t *testing.T, c *gossiptest.Cluster, interval time.Duration, shares global.Shares, p hybrid.Policy) []*hybrid.Limiter {
+func limiters(t *testing.T, c *gossiptest.Cluster, interval time.Duration, shares fleet.Shares, p hybrid.Policy) []*hybrid.Limiter {
 	t.Helper()
 	return fleettest.Limiters(t, len(c.Nodes), func(i int) hybrid.Config {
 		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: c.Nodes[i], Shares: shares, Interval: interval}
@@ -47,16 +47,16 @@ func TestFleetAccuracy(t *testing.T) {
 	tests := []struct {
 		policy   hybrid.Policy
 		interval time.Duration
-		shares   global.Shares
+		shares   fleet.Shares
 		check    bool
 	}{
-		{sliding, 100 * time.Millisecond, global.DemandWeighted, true},
-		{bucket, 100 * time.Millisecond, global.DemandWeighted, true},
-		{bucket, 100 * time.Millisecond, global.Equal, true},
-		{sliding, 250 * time.Millisecond, global.DemandWeighted, false},
-		{bucket, 250 * time.Millisecond, global.DemandWeighted, false},
-		{sliding, time.Second, global.DemandWeighted, false},
-		{bucket, time.Second, global.DemandWeighted, false},
+		{sliding, 100 * time.Millisecond, fleet.DemandWeighted, true},
+		{bucket, 100 * time.Millisecond, fleet.DemandWeighted, true},
+		{bucket, 100 * time.Millisecond, fleet.Equal, true},
+		{sliding, 250 * time.Millisecond, fleet.DemandWeighted, false},
+		{bucket, 250 * time.Millisecond, fleet.DemandWeighted, false},
+		{sliding, time.Second, fleet.DemandWeighted, false},
+		{bucket, time.Second, fleet.DemandWeighted, false},
 	}
 	for _, tt := range tests {
 		name := fmt.Sprintf("%v/%v/%v", tt.policy.Algorithm, tt.interval, tt.shares)

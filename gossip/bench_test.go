@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
 )
 
@@ -17,12 +17,12 @@ func BenchmarkGossipBytes(b *testing.B) {
 		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
 			const interval = 100 * time.Millisecond
 			c := gossiptest.Start(b, 5, nil)
-			reqs := make([]*global.Request, len(c.Nodes))
+			reqs := make([]*fleet.Request, len(c.Nodes))
 			for i := range reqs {
-				req := &global.Request{Interval: interval}
+				req := &fleet.Request{Interval: interval}
 				for k := range keys {
-					req.Keys = append(req.Keys, global.Usage{Key: fmt.Sprintf("key-%d", k),
-						Limit: global.Limit{Limit: 1_000_000, Window: time.Second}, Consumed: 10, Demand: 20})
+					req.Keys = append(req.Keys, fleet.Usage{Key: fmt.Sprintf("key-%d", k),
+						Limit: fleet.Limit{Limit: 1_000_000, Window: time.Second}, Consumed: 10, Demand: 20})
 				}
 				reqs[i] = req
 			}

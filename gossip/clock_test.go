@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 )
@@ -30,20 +30,20 @@ func (c *jumpy) Now() time.Time { return c.Manual.Now().Add(c.ahead) }
 // leased the whole limit again.
 func TestWallClockJumpOpensNothing(t *testing.T) {
 	t.Parallel()
-	for _, alg := range []global.Algorithm{global.SlidingWindow, global.TokenBucket} {
+	for _, alg := range []fleet.Algorithm{fleet.SlidingWindow, fleet.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
 			t.Parallel()
 			clk := &jumpy{Manual: clock.NewManual(time.Unix(1_800_000_000, 0))}
 			g, err := gossip.New(gossip.Config{Name: "only", BindAddr: "127.0.0.1", Clock: clk})
 			require.NoError(t, err)
 			t.Cleanup(func() { assert.NoError(t, g.Close()) })
-			lim := global.Limit{Algorithm: alg, Limit: 1000, Window: time.Minute}
+			lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: time.Minute}
 			leased := int64(0)
 			// sync reports the last lease spent in full and asks for
 			// the whole limit again.
 			sync := func(consumed int64) int64 {
-				resp, err := g.Sync(context.Background(), &global.Request{Node: "only", Interval: 100 * time.Millisecond,
-					Keys: []global.Usage{{Key: "k", Limit: lim, Consumed: consumed, Demand: 1000}}})
+				resp, err := g.Sync(context.Background(), &fleet.Request{Node: "only", Interval: 100 * time.Millisecond,
+					Keys: []fleet.Usage{{Key: "k", Limit: lim, Consumed: consumed, Demand: 1000}}})
 				require.NoError(t, err)
 				require.NoError(t, resp.Grants[0].Err)
 				leased += resp.Grants[0].Lease

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 )
 
@@ -49,13 +49,13 @@ func TestSyncRejectsBadRequests(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, g.Close()) }()
 	ctx := context.Background()
-	for _, req := range []*global.Request{nil, {Interval: 0}, {Interval: time.Second, Shares: 7}} {
+	for _, req := range []*fleet.Request{nil, {Interval: 0}, {Interval: time.Second, Shares: 7}} {
 		_, err := g.Sync(ctx, req)
-		assert.ErrorIs(t, err, global.ErrInvalid)
+		assert.ErrorIs(t, err, fleet.ErrInvalid)
 	}
-	resp, err := g.Sync(ctx, &global.Request{Interval: time.Second, Keys: []global.Usage{{Key: "k", Limit: global.Limit{Limit: 0, Window: time.Second}}}})
+	resp, err := g.Sync(ctx, &fleet.Request{Interval: time.Second, Keys: []fleet.Usage{{Key: "k", Limit: fleet.Limit{Limit: 0, Window: time.Second}}}})
 	require.NoError(t, err)
-	assert.ErrorIs(t, resp.Grants[0].Err, global.ErrInvalid, "a bad limit fails its key only")
+	assert.ErrorIs(t, resp.Grants[0].Err, fleet.ErrInvalid, "a bad limit fails its key only")
 }
 
 // TestUnreachableWhenCutOff checks that a node whose seeds never answer
@@ -65,9 +65,9 @@ func TestUnreachableWhenCutOff(t *testing.T) {
 	t.Parallel()
 	g, err := gossip.New(gossip.Config{BindAddr: "127.0.0.1", Seeds: []string{"127.0.0.1:1"}, TCPTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
-	_, err = g.Sync(context.Background(), &global.Request{Interval: time.Second, Keys: []global.Usage{{Key: "k", Limit: window, Demand: 1}}})
-	assert.ErrorIs(t, err, global.ErrUnreachable)
+	_, err = g.Sync(context.Background(), &fleet.Request{Interval: time.Second, Keys: []fleet.Usage{{Key: "k", Limit: window, Demand: 1}}})
+	assert.ErrorIs(t, err, fleet.ErrUnreachable)
 	require.NoError(t, g.Close())
-	_, err = g.Sync(context.Background(), &global.Request{Interval: time.Second})
-	assert.True(t, errors.Is(err, global.ErrUnreachable), "closed")
+	_, err = g.Sync(context.Background(), &fleet.Request{Interval: time.Second})
+	assert.True(t, errors.Is(err, fleet.ErrUnreachable), "closed")
 }

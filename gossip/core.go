@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // A Core is one node's view of the fleet with no network: the per-key
@@ -71,7 +71,7 @@ func (c *Core) Leave(peer string, now time.Time) { c.tab.leave(peer, instantOf(n
 
 // Sync is Gossip.Sync on this Core at now: it fails with ErrUnreachable
 // when no peer is live although some did not leave.
-func (c *Core) Sync(req *global.Request, now time.Time) (*global.Response, error) {
+func (c *Core) Sync(req *fleet.Request, now time.Time) (*fleet.Response, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -79,10 +79,10 @@ func (c *Core) Sync(req *global.Request, now time.Time) (*global.Response, error
 }
 
 // sync grants a valid request.
-func (c *Core) sync(req *global.Request, at instant) (*global.Response, error) {
+func (c *Core) sync(req *fleet.Request, at instant) (*fleet.Response, error) {
 	v := c.tab.view(at)
 	if v.alone() {
-		return nil, fmt.Errorf("gossip: no peer reachable: %w", global.ErrUnreachable)
+		return nil, fmt.Errorf("gossip: no peer reachable: %w", fleet.ErrUnreachable)
 	}
 	return c.tab.syncAll(req, at, v.split), nil
 }

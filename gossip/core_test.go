@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 )
 
@@ -23,9 +23,9 @@ func TestCore(t *testing.T) {
 	require.NoError(t, err)
 	a.Join("b")
 	b.Join("a")
-	lim := global.Limit{Algorithm: global.SlidingWindow, Limit: 100, Window: time.Minute}
-	req := func(consumed, demand int64) *global.Request {
-		return &global.Request{Node: "x", Interval: 100 * time.Millisecond, Keys: []global.Usage{{Key: "k", Limit: lim, Consumed: consumed, Demand: demand}}}
+	lim := fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 100, Window: time.Minute}
+	req := func(consumed, demand int64) *fleet.Request {
+		return &fleet.Request{Node: "x", Interval: 100 * time.Millisecond, Keys: []fleet.Usage{{Key: "k", Limit: lim, Consumed: consumed, Demand: demand}}}
 	}
 
 	_, err = a.Sync(req(30, 10), now)
@@ -49,7 +49,7 @@ func TestCore(t *testing.T) {
 
 	b.Leave("a", now)
 	_, err = b.Sync(req(0, 10), now.Add(time.Second))
-	assert.ErrorIs(t, err, global.ErrUnreachable)
+	assert.ErrorIs(t, err, fleet.ErrUnreachable)
 	_, err = b.Sync(nil, now)
-	assert.ErrorIs(t, err, global.ErrInvalid)
+	assert.ErrorIs(t, err, fleet.ErrInvalid)
 }

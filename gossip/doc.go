@@ -1,4 +1,4 @@
-// Package gossip is a global.Syncer with no central store: the fleet's
+// Package gossip is a fleet.Syncer with no central store: the fleet's
 // nodes share each key's consumption with one another over
 // hashicorp/memberlist.
 //

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
 )
@@ -46,7 +46,7 @@ func TestForgedPackets(t *testing.T) {
 			now := time.Now()
 			ms := uint64(now.UnixMilli())
 			later := uint64(now.Add(time.Hour).UnixNano()) // an incarnation above node-2's
-			bucket := global.Limit{Algorithm: global.TokenBucket, Limit: 1000, Burst: 1000, Window: time.Second}
+			bucket := fleet.Limit{Algorithm: fleet.TokenBucket, Limit: 1000, Burst: 1000, Window: time.Second}
 			forged := [][]byte{
 				// 1: seq 0 made a zero window, and gc divided by it (stamp 0 now).
 				gossip.Forge(gossip.KindUpdate, "node-2", later, gossip.Forged{Key: "k", Window: window.Window}),
@@ -93,7 +93,7 @@ func TestForgedPackets(t *testing.T) {
 // run, its lease stood 10 s, and node-2 dropped out of node-1's view.
 func forgeAhead(t *testing.T, secret []byte, a, b *gossip.Gossip) {
 	t.Helper()
-	lim := global.Limit{Algorithm: global.SlidingWindow, Limit: 1000, Window: 2 * time.Second}
+	lim := fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: 2 * time.Second}
 	require.Eventually(t, func() bool {
 		sync(t, b, "x", lim, 0, 10)
 		return sync(t, a, "x", lim, 0, 10).Nodes == 2

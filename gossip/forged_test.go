@@ -12,14 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/zeebo/xxh3"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // The forged-state tests: bytes a member of the fleet, or anyone on an
 // unkeyed one, can send about another node. Each arrives through the
 // decoder, as it would off the network.
 
-var tb = global.Limit{Algorithm: global.TokenBucket, Limit: 1000, Burst: 1000, Window: time.Second}
+var tb = fleet.Limit{Algorithm: fleet.TokenBucket, Limit: 1000, Burst: 1000, Window: time.Second}
 
 // swEntry is node's honest entry for key "k" under sw at at.
 func swEntry(at instant, cur, seq uint64) entry {
@@ -96,8 +96,8 @@ func TestForgedLeaseLapses(t *testing.T) {
 	t.Parallel()
 	tab := testTable()
 	tab.join("a", "")
-	use := func(at instant) global.Grant {
-		g := tab.sync(&global.Usage{Key: "k", Limit: tb, Demand: 100}, 100*time.Millisecond, global.Equal, at, false)
+	use := func(at instant) fleet.Grant {
+		g := tab.sync(&fleet.Usage{Key: "k", Limit: tb, Demand: 100}, 100*time.Millisecond, fleet.Equal, at, false)
 		require.NoError(t, g.Err)
 		return g
 	}
@@ -117,10 +117,10 @@ func TestForgedFarewellIsUndone(t *testing.T) {
 	tab.join("b", "")
 	require.NoError(t, receive(tab, kindUpdate, "b", 5, t0, swEntry(t0, 1, 1)))
 	require.NoError(t, receive(tab, kindLeave, "b", 5, t0))
-	assert.Equal(t, 1, tab.sync(&global.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, global.Equal, t0, false).Nodes)
+	assert.Equal(t, 1, tab.sync(&fleet.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, fleet.Equal, t0, false).Nodes)
 	at := t0.add(100 * time.Millisecond)
 	require.NoError(t, receive(tab, kindUpdate, "b", 5, at, swEntry(at, 2, 2)))
-	g := tab.sync(&global.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, global.Equal, at, false)
+	g := tab.sync(&fleet.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, fleet.Equal, at, false)
 	assert.Equal(t, 2, g.Nodes, "b's own update says it is here")
 	assert.InDelta(t, 0.5, g.Weight, 1e-9, "so it keeps its share")
 }
@@ -133,7 +133,7 @@ func TestUsedSaturates(t *testing.T) {
 		tab.join(name, "")
 		require.NoError(t, receive(tab, kindUpdate, name, 1, t0, swEntry(t0, maxCount, 1)))
 	}
-	g := tab.sync(&global.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, global.DemandWeighted, t0, false)
+	g := tab.sync(&fleet.Usage{Key: "k", Limit: sw, Demand: 10}, 100*time.Millisecond, fleet.DemandWeighted, t0, false)
 	require.NoError(t, g.Err)
 	assert.Equal(t, int64(math.MaxInt64), g.Used, "saturated, not wrapped")
 	assert.Zero(t, g.Lease)

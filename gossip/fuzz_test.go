@@ -8,13 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/zeebo/xxh3"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // fuzzLimits are the policies FuzzMergeSync syncs its key under.
-var fuzzLimits = []global.Limit{
-	{Algorithm: global.TokenBucket, Limit: 1000, Burst: 100, Window: time.Second},
-	{Algorithm: global.SlidingWindow, Limit: 1000, Window: time.Second},
+var fuzzLimits = []fleet.Limit{
+	{Algorithm: fleet.TokenBucket, Limit: 1000, Burst: 100, Window: time.Second},
+	{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: time.Second},
 }
 
 // fuzzSeed is a state message about key "k" from origin, as a peer
@@ -54,10 +54,10 @@ func FuzzMergeSync(f *testing.F) {
 		tab := testTable()
 		tab.join("p", "")
 		burst := lim.Burst
-		if lim.Algorithm != global.TokenBucket || burst == 0 {
+		if lim.Algorithm != fleet.TokenBucket || burst == 0 {
 			burst = lim.Limit
 		}
-		check := func(g global.Grant) {
+		check := func(g fleet.Grant) {
 			require.NoError(t, g.Err)
 			require.True(t, g.Lease >= 0 && g.Lease <= burst, "lease %d outside [0, %d]", g.Lease, burst)
 			require.GreaterOrEqual(t, g.Used, int64(0))
@@ -79,8 +79,8 @@ func FuzzMergeSync(f *testing.F) {
 				}
 			}
 		}
-		usage := &global.Usage{Key: "k", Limit: lim, Consumed: 3, Demand: int64(demand)}
-		check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, t0, false))
+		usage := &fleet.Usage{Key: "k", Limit: lim, Consumed: 3, Demand: int64(demand)}
+		check(tab.sync(usage, 100*time.Millisecond, fleet.DemandWeighted, t0, false))
 		var m message
 		if m.decode(b) != nil {
 			return
@@ -91,12 +91,12 @@ func FuzzMergeSync(f *testing.F) {
 			tab.merge(&m, now)
 			held(now)
 			tab.gc(now)
-			check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, now, false))
-			check(tab.sync(usage, 100*time.Millisecond, global.Equal, now, false))
+			check(tab.sync(usage, 100*time.Millisecond, fleet.DemandWeighted, now, false))
+			check(tab.sync(usage, 100*time.Millisecond, fleet.Equal, now, false))
 			held(now)
 		}
 		now = now.add(time.Hour)
 		tab.gc(now)
-		check(tab.sync(usage, 100*time.Millisecond, global.DemandWeighted, now, false))
+		check(tab.sync(usage, 100*time.Millisecond, fleet.DemandWeighted, now, false))
 	})
 }

@@ -18,12 +18,12 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 )
 
-// Gossip is a global.Syncer that shares each key's consumption with the
+// Gossip is a fleet.Syncer that shares each key's consumption with the
 // fleet's other nodes over memberlist gossip, with no central store.
 //
 // Each Sync records this node's consumption in its own counters, queues
@@ -68,7 +68,7 @@ type Gossip struct {
 	stats counters
 }
 
-var _ global.Syncer = (*Gossip)(nil)
+var _ fleet.Syncer = (*Gossip)(nil)
 
 // event is a membership change, applied to the table under mu.
 type event struct {
@@ -225,18 +225,18 @@ func (g *Gossip) Join(addrs ...string) (int, error) {
 func (g *Gossip) join(addrs []string) { _, _ = g.Join(addrs...) }
 
 // errClosed is returned by Sync after Close.
-var errClosed = fmt.Errorf("gossip: closed: %w", global.ErrUnreachable)
+var errClosed = fmt.Errorf("gossip: closed: %w", fleet.ErrUnreachable)
 
 // Sync records req's consumption, queues it for the fleet, and grants
 // each key a lease from this node's share of what the fleet has left, as
 // far as this node knows. It does no network I/O and returns at once.
 //
-// Sync fails with an error wrapping global.ErrUnreachable, recording
+// Sync fails with an error wrapping fleet.ErrUnreachable, recording
 // nothing, when this node is cut off: no peer is alive although some did
 // not leave, or none of the Seeds other than this node has answered yet
 // (nor did they all resolve to this node). The caller should
 // then limit on its own and report the consumption again later.
-func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Response, error) {
+func (g *Gossip) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -244,7 +244,7 @@ func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Respons
 		return nil, errClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("gossip: %w: %w", global.ErrUnreachable, err)
+		return nil, fmt.Errorf("gossip: %w: %w", fleet.ErrUnreachable, err)
 	}
 	g.every.Store(int64(req.Interval))
 	now := g.now()
@@ -252,9 +252,9 @@ func (g *Gossip) Sync(ctx context.Context, req *global.Request) (*global.Respons
 	defer g.mu.Unlock()
 	if s := g.seeds.Load(); !g.joined && !s.alone() {
 		if s.err != nil {
-			return nil, fmt.Errorf("gossip: no seed has answered yet (%v): %w", s.err, global.ErrUnreachable)
+			return nil, fmt.Errorf("gossip: no seed has answered yet (%v): %w", s.err, fleet.ErrUnreachable)
 		}
-		return nil, fmt.Errorf("gossip: no seed has answered yet: %w", global.ErrUnreachable)
+		return nil, fmt.Errorf("gossip: no seed has answered yet: %w", fleet.ErrUnreachable)
 	}
 	resp, err := g.core.sync(req, now)
 	if err != nil {

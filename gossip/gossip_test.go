@@ -8,20 +8,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
 )
 
 // window is a sliding window long enough that a count does not fade
 // during a test: Used then reads back what was consumed.
-var window = global.Limit{Algorithm: global.SlidingWindow, Limit: 1000, Window: time.Hour}
+var window = fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: time.Hour}
 
-func sync(t *testing.T, g *gossip.Gossip, key string, lim global.Limit, consumed, demand int64) global.Grant {
+func sync(t *testing.T, g *gossip.Gossip, key string, lim fleet.Limit, consumed, demand int64) fleet.Grant {
 	t.Helper()
-	resp, err := g.Sync(context.Background(), &global.Request{
+	resp, err := g.Sync(context.Background(), &fleet.Request{
 		Interval: 100 * time.Millisecond,
-		Keys:     []global.Usage{{Key: key, Limit: lim, Consumed: consumed, Demand: demand}},
+		Keys:     []fleet.Usage{{Key: key, Limit: lim, Consumed: consumed, Demand: demand}},
 	})
 	require.NoError(t, err)
 	require.Len(t, resp.Grants, 1)

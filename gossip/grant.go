@@ -8,15 +8,15 @@ import (
 
 	"github.com/zeebo/xxh3"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // Granting: a node's Sync, answered from the table.
 
 // syncAll answers a whole request: a grant per key, and how long this
 // node has been on a split's minority side.
-func (t *table) syncAll(req *global.Request, now instant, split time.Duration) *global.Response {
-	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys)), Partitioned: split}
+func (t *table) syncAll(req *fleet.Request, now instant, split time.Duration) *fleet.Response {
+	resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys)), Partitioned: split}
 	for i := range req.Keys {
 		resp.Grants[i] = t.sync(&req.Keys[i], req.Interval, req.Shares, now, split > 0)
 	}
@@ -26,15 +26,15 @@ func (t *table) syncAll(req *global.Request, now instant, split time.Duration) *
 // sync records this node's use of one key and grants its next lease.
 // interval is the caller's sync interval; minority, whether this node is
 // on a split's minority side (no slack then).
-func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shares, now instant, minority bool) global.Grant {
+func (t *table) sync(u *fleet.Usage, interval time.Duration, shares fleet.Shares, now instant, minority bool) fleet.Grant {
 	lim := u.Limit
 	if err := lim.Validate(); err != nil {
-		return global.Grant{Err: fmt.Errorf("%w: %v", global.ErrInvalid, err)}
+		return fleet.Grant{Err: fmt.Errorf("%w: %v", fleet.ErrInvalid, err)}
 	}
 	k := t.keyFor(xxh3.HashString(u.Key), true)
 	ms := uint64(lim.Window / time.Millisecond)
 	burst := lim.Burst
-	if lim.Algorithm != global.TokenBucket || burst == 0 {
+	if lim.Algorithm != fleet.TokenBucket || burst == 0 {
 		burst = lim.Limit
 	}
 	B := float64(burst)
@@ -51,7 +51,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 	if first {
 		l = &use{limit: lim, levelAt: now.mono, meterAt: now.mono, meter: -1}
 		k.local = l
-		if lim.Algorithm == global.TokenBucket {
+		if lim.Algorithm == fleet.TokenBucket {
 			l.level = B - t.used(k, ms, ep, frac)
 		}
 	}
@@ -75,7 +75,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		rate = uint64(math.Ceil(float64(demand) / max(interval.Seconds(), 1e-3)))
 	}
 	w, nodes, light := t.weight(k, rate, shares, interval, now)
-	fleet := max(nodes, len(t.peers)+1) // every peer known, for a key not all have synced yet
+	size := max(nodes, len(t.peers)+1) // every peer known, for a key not all have synced yet
 
 	var lease, remaining, paced int64
 	var pacedFor time.Duration
@@ -84,13 +84,13 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 	others := 0.0
 	for i := range k.peers {
 		c := &k.peers[i]
-		if leaseStands(c, now) && (lim.Algorithm == global.TokenBucket || c.e.epoch == ep) {
+		if leaseStands(c, now) && (lim.Algorithm == fleet.TokenBucket || c.e.epoch == ep) {
 			// No live peer holds more than the whole policy.
 			others += min(float64(c.e.reserved), float64(max(burst, lim.Limit)))
 		}
 	}
 	switch lim.Algorithm {
-	case global.TokenBucket:
+	case fleet.TokenBucket:
 		// The last lease, while it stands, left the bucket when it was
 		// granted, as the Redis scripts take it: what refilled since
 		// fills the bucket beside it, and what of it went unspent comes
@@ -128,18 +128,18 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 		// part of the window's count, so the fleet's sum is the limit.
 		lease = clampLease(demand, l.meter, w*free)
 		if light && !minority && free >= B/2 {
-			lease = max(lease, min(slack(demand, free, fleet, lim, interval), int64(max(l.meter, 0))))
+			lease = max(lease, min(slack(demand, free, size, lim, interval), int64(max(l.meter, 0))))
 		}
 		remaining = saturate(free - float64(lease))
 		used = B - l.level
 		resetAfter = time.Duration(saturate((B - l.level) / perNs))
-	case global.SlidingWindow:
+	case fleet.SlidingWindow:
 		used = t.used(k, ms, ep, frac)
 		free := float64(lim.Limit) - used - others
 		meter := w*float64(lim.Limit) - own.estimate(ep, frac)
 		lease = clampLease(demand, meter, free)
 		if light && !minority && free >= float64(lim.Limit)/2 {
-			lease = max(lease, min(slack(demand, free, fleet, lim, interval), int64(max(meter, 0))))
+			lease = max(lease, min(slack(demand, free, size, lim, interval), int64(max(meter, 0))))
 		}
 		// Not past two intervals a window: each node's view of the
 		// others' counts is a round or more old, and a pace that
@@ -183,7 +183,7 @@ func (t *table) sync(u *global.Usage, interval time.Duration, shares global.Shar
 	own.ttlMs = uint64(min(ttl.Milliseconds(), maxTTLms))
 	own.demand = min(rate, maxCount)
 	own.weight = uint16(math.Round(min(max(w, 0), 1) * weightScale))
-	return global.Grant{
+	return fleet.Grant{
 		Lease:      lease,
 		TTL:        ttl,
 		Used:       saturate(math.Ceil(used - 1e-9)),
@@ -210,7 +210,7 @@ func settleBucket(level, prev, refill, spent, most float64) float64 {
 }
 
 // pace is a sliding window's paced part beside a lease of lease (see
-// global.Grant.Paced), as the Redis scripts pace it: what the previous
+// fleet.Grant.Paced), as the Redis scripts pace it: what the previous
 // window's weight frees until two intervals on, never past the window's
 // edge, released no faster than it frees. free and meter are the fleet's
 // free budget and this node's meter now (frac into the window), and at
@@ -275,7 +275,7 @@ func clampLease(demand int64, share, free float64) int64 {
 // hold at most what is free, as each node sees it. Only while leases are
 // short beside the window (interval at most an eighth of it), as in the
 // scripts. docs/gossip.md has the figures.
-func slack(demand int64, free float64, nodes int, lim global.Limit, interval time.Duration) int64 {
+func slack(demand int64, free float64, nodes int, lim fleet.Limit, interval time.Duration) int64 {
 	if demand <= 0 || free < 1 || nodes < 1 || 8*interval > lim.Window {
 		return 0
 	}
@@ -317,7 +317,7 @@ func (t *table) curCount(k *key, ms, ep uint64) uint64 {
 // fair (a node that wants less than an even split gets what it wants, and
 // the others share what it leaves; if all want less than there is, each
 // gets a part in proportion to its demand).
-func (t *table) weight(k *key, rate uint64, shares global.Shares, interval time.Duration, now instant) (w float64, n int, light bool) {
+func (t *table) weight(k *key, rate uint64, shares fleet.Shares, interval time.Duration, now instant) (w float64, n int, light bool) {
 	demands := append(t.scratch[:0], float64(rate))
 	reserved, whole := 0.0, true
 	n = 1
@@ -353,7 +353,7 @@ func (t *table) weight(k *key, rate uint64, shares global.Shares, interval time.
 	// Light: every peer heard from lately, and the forecasts together at
 	// most half the rate (see slack).
 	light = whole && total <= perSec/2
-	if shares == global.Equal {
+	if shares == fleet.Equal {
 		return 1 / float64(n), n, light
 	}
 	if rate == 0 {

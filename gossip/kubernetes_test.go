@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/internal/faultnet"
 )
@@ -188,7 +188,7 @@ func TestLoneNodeThenAPeerPublished(t *testing.T) {
 		return g
 	}
 	reachable := func(g *gossip.Gossip) bool {
-		_, err := g.Sync(t.Context(), &global.Request{Interval: time.Second})
+		_, err := g.Sync(t.Context(), &fleet.Request{Interval: time.Second})
 		return err == nil
 	}
 	dns.set(ips[0])

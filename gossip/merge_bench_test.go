@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // BenchmarkGossipMerge measures merging one remote update, as the merge
@@ -17,9 +17,9 @@ import (
 // merge changes the table.
 func BenchmarkGossipMerge(b *testing.B) {
 	tab := testTable()
-	lim := global.Limit{Limit: 1000, Window: time.Second}
+	lim := fleet.Limit{Limit: 1000, Window: time.Second}
 	for k := range 1000 {
-		tab.sync(&global.Usage{Key: fmt.Sprintf("key-%d", k), Limit: lim, Demand: 10}, 100*time.Millisecond, global.DemandWeighted, t0, false)
+		tab.sync(&fleet.Usage{Key: fmt.Sprintf("key-%d", k), Limit: lim, Demand: 10}, 100*time.Millisecond, fleet.DemandWeighted, t0, false)
 		for p := range 4 {
 			tab.merge(updateFrom(fmt.Sprintf("node-%d", p), 1, peerEntry(fmt.Sprintf("key-%d", k), t0, 1, 1)), t0)
 		}
@@ -35,8 +35,8 @@ func BenchmarkGossipMergePeers(b *testing.B) {
 		b.Run(fmt.Sprintf("peers=%d", peers), func(b *testing.B) {
 			tab := testTable()
 			tab.maxPeers, tab.maxEntries = 2*peers, 4*peers
-			lim := global.Limit{Limit: 1000, Window: time.Second}
-			tab.sync(&global.Usage{Key: "key", Limit: lim, Demand: 10}, 100*time.Millisecond, global.DemandWeighted, t0, false)
+			lim := fleet.Limit{Limit: 1000, Window: time.Second}
+			tab.sync(&fleet.Usage{Key: "key", Limit: lim, Demand: 10}, 100*time.Millisecond, fleet.DemandWeighted, t0, false)
 			for p := range peers {
 				tab.merge(updateFrom(fmt.Sprintf("node-%d", p), 1, peerEntry("key", t0, 1, 1)), t0)
 			}

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
@@ -36,7 +36,7 @@ func TestPartitionKeepsShares(t *testing.T) {
 	)
 	policy := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second}
 	c := gossiptest.Start(t, 5, nil)
-	nodes := limiters(t, c, 100*time.Millisecond, global.DemandWeighted, policy)
+	nodes := limiters(t, c, 100*time.Millisecond, fleet.DemandWeighted, policy)
 	go func() {
 		time.Sleep(cut)
 		c.Partition([]int{0, 1, 2}, []int{3, 4})
@@ -215,15 +215,15 @@ func TestRejoin(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, late.Close()) }()
 	assert.Len(t, late.Members(), 1)
-	_, err = late.Sync(t.Context(), &global.Request{Interval: time.Second})
-	assert.ErrorIs(t, err, global.ErrUnreachable, "its seeds never answered")
+	_, err = late.Sync(t.Context(), &fleet.Request{Interval: time.Second})
+	assert.ErrorIs(t, err, fleet.ErrUnreachable, "its seeds never answered")
 
 	c.Heal()
 	require.Eventually(t, func() bool { return len(late.Members()) == 2 && len(c.Nodes[0].Members()) == 2 },
 		5*time.Second, 10*time.Millisecond, "the re-join brought it in")
 	assert.NotZero(t, late.Stats().Joins)
 	assert.NotZero(t, late.Stats().JoinFailures, "it tried while the seed was cut off")
-	_, err = late.Sync(t.Context(), &global.Request{Interval: time.Second})
+	_, err = late.Sync(t.Context(), &fleet.Request{Interval: time.Second})
 	assert.NoError(t, err)
 }
 
@@ -235,9 +235,9 @@ func TestGracefulLeave(t *testing.T) {
 	t.Parallel()
 	const interval = 100 * time.Millisecond
 	c := gossiptest.Start(t, 5, nil)
-	equal := func(g *gossip.Gossip) global.Grant {
-		resp, err := g.Sync(t.Context(), &global.Request{Interval: interval, Shares: global.Equal,
-			Keys: []global.Usage{{Key: "k", Limit: window, Demand: 10}}})
+	equal := func(g *gossip.Gossip) fleet.Grant {
+		resp, err := g.Sync(t.Context(), &fleet.Request{Interval: interval, Shares: fleet.Equal,
+			Keys: []fleet.Usage{{Key: "k", Limit: window, Demand: 10}}})
 		require.NoError(t, err)
 		return resp.Grants[0]
 	}
@@ -310,8 +310,8 @@ func sendRaw(t *testing.T, name string, secret []byte, label, addr, key string) 
 	t.Helper()
 	core, err := gossip.NewCore(name, 1, gossip.Config{})
 	require.NoError(t, err)
-	_, err = core.Sync(&global.Request{Interval: 100 * time.Millisecond,
-		Keys: []global.Usage{{Key: key, Limit: window, Consumed: 500, Demand: 1}}}, time.Now())
+	_, err = core.Sync(&fleet.Request{Interval: 100 * time.Millisecond,
+		Keys: []fleet.Usage{{Key: key, Limit: window, Consumed: 500, Demand: 1}}}, time.Now())
 	require.NoError(t, err)
 	ups := core.Updates(time.Now())
 	require.Len(t, ups, 1)

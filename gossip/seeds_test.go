@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
@@ -110,8 +110,8 @@ func TestSeedLookupFailureIsVisible(t *testing.T) {
 				LookupHost: lookup, TCPTimeout: 200 * time.Millisecond})
 			require.NoError(t, err)
 			t.Cleanup(func() { assert.NoError(t, g.Close()) })
-			_, err = g.Sync(t.Context(), &global.Request{Interval: time.Second})
-			require.ErrorIs(t, err, global.ErrUnreachable)
+			_, err = g.Sync(t.Context(), &fleet.Request{Interval: time.Second})
+			require.ErrorIs(t, err, fleet.ErrUnreachable)
 			assert.ErrorContains(t, err, tt.want)
 			if tt.want == "limits.invalid" {
 				assert.Positive(t, g.Stats().SeedLookupFailures, "Stats counts the failed lookups")

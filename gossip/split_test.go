@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
 )
@@ -18,7 +18,7 @@ import (
 // its own account (zero on the majority side or whole).
 func partitioned(t *testing.T, g *gossip.Gossip) time.Duration {
 	t.Helper()
-	resp, err := g.Sync(t.Context(), &global.Request{Interval: 100 * time.Millisecond})
+	resp, err := g.Sync(t.Context(), &fleet.Request{Interval: 100 * time.Millisecond})
 	if err != nil {
 		return -1 // cut off from everyone: not the case measured here
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // The table is the node's view of the fleet: per key, one entry per node,
@@ -73,7 +73,7 @@ type key struct {
 
 // use is this node's state for a key it syncs.
 type use struct {
-	limit      global.Limit
+	limit      fleet.Limit
 	level      float64 // token bucket: the fleet's bucket as this node reconstructs it
 	levelAt    int64
 	meter      float64 // token bucket: this node's share of the bucket

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/zeebo/xxh3"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 var t0 = instant{mono: int64(time.Hour), wall: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()}
@@ -24,7 +24,7 @@ func testTable() *table {
 	return newTable("self", 1, &cfg)
 }
 
-var sw = global.Limit{Algorithm: global.SlidingWindow, Limit: 1000, Window: time.Hour}
+var sw = fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: time.Hour}
 
 // update is a one-entry message from origin.
 func updateFrom(origin string, inc uint64, e entry) *message {
@@ -40,9 +40,9 @@ func peerEntry(key string, at instant, cur, tick uint64) entry {
 		cur: cur, demand: 10, ttlMs: 200, weight: weightScale / 2}
 }
 
-func grant(t *testing.T, tab *table, key string, consumed, demand int64, at instant) global.Grant {
+func grant(t *testing.T, tab *table, key string, consumed, demand int64, at instant) fleet.Grant {
 	t.Helper()
-	g := tab.sync(&global.Usage{Key: key, Limit: sw, Consumed: consumed, Demand: demand}, 100*time.Millisecond, global.DemandWeighted, at, false)
+	g := tab.sync(&fleet.Usage{Key: key, Limit: sw, Consumed: consumed, Demand: demand}, 100*time.Millisecond, fleet.DemandWeighted, at, false)
 	require.NoError(t, g.Err)
 	return g
 }
@@ -155,7 +155,7 @@ func TestSharesAndGrace(t *testing.T) {
 func TestWaterFilling(t *testing.T) {
 	t.Parallel()
 	tab := testTable()
-	tb := global.Limit{Limit: 100, Window: time.Second}
+	tb := fleet.Limit{Limit: 100, Window: time.Second}
 	h := xxh3.HashString("k")
 	for i, d := range []uint64{10, 200} {
 		tab.join(string(rune('p'+i)), "")
@@ -166,7 +166,7 @@ func TestWaterFilling(t *testing.T) {
 	// 33.3/s (it asks 50), p 6.7/s (asks 10), q 133/s (asks 200); the
 	// limit is 100/s. p and this node get their forecasts, q what is
 	// left (60).
-	g := tab.sync(&global.Usage{Key: "k", Limit: tb, Demand: 5}, 100*time.Millisecond, global.DemandWeighted, t0, false)
+	g := tab.sync(&fleet.Usage{Key: "k", Limit: tb, Demand: 5}, 100*time.Millisecond, fleet.DemandWeighted, t0, false)
 	assert.InDelta(t, 50/demandHeadroom/100, g.Weight, 1e-9)
 }
 
@@ -190,7 +190,7 @@ func TestWaterFillingLendsTheHeadroom(t *testing.T) {
 	for _, n := range names[1:] {
 		rates[n] = light
 	}
-	tb := global.Limit{Limit: limit, Window: time.Second}
+	tb := fleet.Limit{Limit: limit, Window: time.Second}
 	h := xxh3.HashString("k")
 	sum := 0.0
 	for _, self := range names {
@@ -203,7 +203,7 @@ func TestWaterFillingLendsTheHeadroom(t *testing.T) {
 			tab.join(p, "")
 			tab.merge(updateFrom(p, 1, entry{hash: h, windowMs: 1000, stamp: t0.ms(), epoch: t0.ms() / 1000, demand: asks(rates[p]), ttlMs: 200}), t0)
 		}
-		g := tab.sync(&global.Usage{Key: "k", Limit: tb, Demand: int64(asks(rates[self]) / 10)}, 100*time.Millisecond, global.DemandWeighted, t0, false)
+		g := tab.sync(&fleet.Usage{Key: "k", Limit: tb, Demand: int64(asks(rates[self]) / 10)}, 100*time.Millisecond, fleet.DemandWeighted, t0, false)
 		require.NoError(t, g.Err)
 		if self == "heavy" {
 			assert.InDelta(t, 1-7*light/limit, g.Weight, 0.01, "the heavy node gets what the light ones do not use")
@@ -225,7 +225,7 @@ func TestWaterFillingLendsTheHeadroom(t *testing.T) {
 func TestLeasesShareWhatIsFree(t *testing.T) {
 	t.Parallel()
 	names := []string{"a", "b", "c", "d", "e"}
-	lim := global.Limit{Limit: 1000, Window: time.Second}
+	lim := fleet.Limit{Limit: 1000, Window: time.Second}
 	h := xxh3.HashString("k")
 	ep := t0.ms() / 1000
 	leased := int64(0)
@@ -239,7 +239,7 @@ func TestLeasesShareWhatIsFree(t *testing.T) {
 			tab.join(p, "")
 			tab.merge(updateFrom(p, 1, entry{hash: h, windowMs: 1000, stamp: t0.ms(), epoch: ep, cur: 212, demand: 600, ttlMs: 200}), t0)
 		}
-		g := tab.sync(&global.Usage{Key: "k", Limit: lim, Demand: 60}, 100*time.Millisecond, global.DemandWeighted, t0, false)
+		g := tab.sync(&fleet.Usage{Key: "k", Limit: lim, Demand: 60}, 100*time.Millisecond, fleet.DemandWeighted, t0, false)
 		require.NoError(t, g.Err)
 		assert.InDelta(t, 0.2, g.Weight, 1e-9)
 		assert.Positive(t, g.Lease, "a node at the limit with tokens free leases some")
@@ -251,9 +251,9 @@ func TestLeasesShareWhatIsFree(t *testing.T) {
 func TestTokenBucketLeases(t *testing.T) {
 	t.Parallel()
 	tab := testTable()
-	tb := global.Limit{Limit: 100, Window: time.Second}
-	use := func(consumed, demand int64, at instant) global.Grant {
-		return tab.sync(&global.Usage{Key: "k", Limit: tb, Consumed: consumed, Demand: demand}, 100*time.Millisecond, global.DemandWeighted, at, false)
+	tb := fleet.Limit{Limit: 100, Window: time.Second}
+	use := func(consumed, demand int64, at instant) fleet.Grant {
+		return tab.sync(&fleet.Usage{Key: "k", Limit: tb, Consumed: consumed, Demand: demand}, 100*time.Millisecond, fleet.DemandWeighted, at, false)
 	}
 	g := use(0, 30, t0)
 	assert.Equal(t, int64(30), g.Lease)

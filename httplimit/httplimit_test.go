@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/httplimit"
 	"github.com/hybridlimit/hybridlimit/hybrid"
@@ -53,9 +54,9 @@ func localLimiter(t testing.TB, policies ...hybrid.Policy) *hybrid.Limiter {
 func redisLimiter(t *testing.T, policies ...hybrid.Policy) *hybrid.Limiter {
 	t.Helper()
 	srv := redistest.StartServer(t)
-	fleet, err := global.NewRedis(context.Background(), global.RedisConfig{Client: srv.DeadlineClient(t), Timeout: time.Second})
+	nodes, err := global.NewRedis(context.Background(), global.RedisConfig{Client: srv.DeadlineClient(t), Timeout: time.Second})
 	require.NoError(t, err)
-	l, err := hybrid.New(hybrid.Config{Syncer: fleet, ManualSync: true, Policies: policies})
+	l, err := hybrid.New(hybrid.Config{Syncer: nodes, ManualSync: true, Policies: policies})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l
@@ -209,8 +210,8 @@ func TestBothHeadersTightest(t *testing.T) {
 // down is a fleet that cannot be reached.
 type down struct{}
 
-func (down) Sync(context.Context, *global.Request) (*global.Response, error) {
-	return nil, fmt.Errorf("dial: %w", global.ErrUnreachable)
+func (down) Sync(context.Context, *fleet.Request) (*fleet.Response, error) {
+	return nil, fmt.Errorf("dial: %w", fleet.ErrUnreachable)
 }
 
 // TestUnavailableWhenDegraded checks the 503 a cut-off node may answer

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/faultnet"
@@ -40,11 +41,11 @@ func redisVia(t *testing.T, s *redistest.Server, addr string) *global.Redis {
 
 // usedIn reads the fleet's count for key from s, as an observer that
 // consumes nothing.
-func usedIn(t *testing.T, s *redistest.Server, key string, lim global.Limit) int64 {
+func usedIn(t *testing.T, s *redistest.Server, key string, lim fleet.Limit) int64 {
 	t.Helper()
 	r := redisSyncer(t, s)
-	resp, err := r.Sync(context.Background(), &global.Request{Node: "observer", Interval: time.Second,
-		Keys: []global.Usage{{Key: key, Limit: lim}}})
+	resp, err := r.Sync(context.Background(), &fleet.Request{Node: "observer", Interval: time.Second,
+		Keys: []fleet.Usage{{Key: key, Limit: lim}}})
 	require.NoError(t, err)
 	require.NoError(t, resp.Grants[0].Err)
 	return resp.Grants[0].Used
@@ -72,7 +73,7 @@ func TestRedisOutage(t *testing.T) {
 	// A day-long window with room to spare: nothing rolls out or is
 	// refused, so Redis's count is exactly what was reported.
 	count := hybrid.Policy{Name: "count", Prefix: "count:", Algorithm: local.SlidingWindow, Limit: 1 << 30, Window: 24 * time.Hour}
-	countLimit := global.Limit{Algorithm: global.SlidingWindow, Limit: 1 << 30, Window: 24 * time.Hour}
+	countLimit := fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1 << 30, Window: 24 * time.Hour}
 
 	for _, fault := range []string{"kill", "blackhole"} {
 		t.Run(fault, func(t *testing.T) {
@@ -80,7 +81,7 @@ func TestRedisOutage(t *testing.T) {
 			proxy, err := faultnet.NewProxy(srv.Addr)
 			require.NoError(t, err)
 			t.Cleanup(func() { proxy.Close() })
-			fleet := fleettest.Limiters(t, nodes, func(int) hybrid.Config {
+			fl := fleettest.Limiters(t, nodes, func(int) hybrid.Config {
 				return hybrid.Config{Policies: []hybrid.Policy{api, count},
 					Syncer: redisVia(t, srv, proxy.Addr()), Interval: interval, Ladder: chaosLadder}
 			})
@@ -88,10 +89,10 @@ func TestRedisOutage(t *testing.T) {
 			var runs [2]*fleettest.Run
 			var wg sync.WaitGroup
 			wg.Go(func() {
-				runs[0] = fleettest.Drive(t, fleet, "api:k", []float64{perNode, perNode, perNode, perNode}, run)
+				runs[0] = fleettest.Drive(t, fl, "api:k", []float64{perNode, perNode, perNode, perNode}, run)
 			})
 			wg.Go(func() {
-				runs[1] = fleettest.Drive(t, fleet, "count:k", []float64{counted, counted, counted, counted}, run)
+				runs[1] = fleettest.Drive(t, fl, "count:k", []float64{counted, counted, counted, counted}, run)
 			})
 			start := time.Now()
 			time.Sleep(cutAt)
@@ -112,7 +113,7 @@ func TestRedisOutage(t *testing.T) {
 			healthy := time.Duration(0)
 			for healthy == 0 && time.Since(start) < run {
 				all := true
-				for _, l := range fleet {
+				for _, l := range fl {
 					all = all && fleettest.Link(l.Health()) == partition.Healthy
 				}
 				if all {
@@ -124,7 +125,7 @@ func TestRedisOutage(t *testing.T) {
 			r, rc := runs[0], runs[1]
 			require.NotNil(t, r)
 			require.NotNil(t, rc)
-			for _, l := range fleet {
+			for _, l := range fl {
 				require.NoError(t, l.Close())
 			}
 
@@ -217,7 +218,7 @@ func TestFailoverToGossip(t *testing.T) {
 	policy := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second}
 	srv := redistest.StartServer(t)
 	peers := gossiptest.Start(t, nodes, nil)
-	fleet := fleettest.Limiters(t, nodes, func(i int) hybrid.Config {
+	fl := fleettest.Limiters(t, nodes, func(i int) hybrid.Config {
 		return hybrid.Config{Policies: []hybrid.Policy{policy}, Interval: interval,
 			Syncer: redisSyncer(t, srv), Failover: peers.Nodes[i], Ladder: chaosLadder}
 	})
@@ -229,12 +230,12 @@ func TestFailoverToGossip(t *testing.T) {
 	go func() {
 		time.Sleep(run - 500*time.Millisecond)
 		worst := partition.Healthy
-		for _, l := range fleet {
+		for _, l := range fl {
 			worst = max(worst, fleettest.Link(l.Health()))
 		}
 		levels <- worst
 	}()
-	r := fleettest.Drive(t, fleet, "k", []float64{500, 500, 500, 500}, run)
+	r := fleettest.Drive(t, fl, "k", []float64{500, 500, 500, 500}, run)
 	assert.Equal(t, partition.Healthy, <-levels, "gossip keeps a fleet-wide view")
 
 	// From a second after the kill (the breaker is open, leases come from

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
@@ -67,7 +67,7 @@ type Config struct {
 	// Syncer is the fleet: global.Redis, the gossip syncer, or the
 	// simulator's. Required when a policy is Hybrid or Strict; Strict
 	// policies also need it to implement StrictDecider.
-	Syncer global.Syncer
+	Syncer fleet.Syncer
 
 	// Failover, if set, is a second fleet, such as a gossip.Gossip over
 	// the same nodes, that keeps a fleet-wide view while Syncer cannot be
@@ -75,7 +75,7 @@ type Config struct {
 	// so the failover is warm when it is needed, and takes its leases
 	// from Failover only while Syncer's circuit breaker is not closed.
 	// Requires Syncer.
-	Failover global.Syncer
+	Failover fleet.Syncer
 
 	// Breaker configures the circuit breaker in front of Syncer and of
 	// Failover. Zero fields take partition's defaults, except Within,
@@ -122,10 +122,10 @@ type Config struct {
 	StrictTimeout time.Duration
 
 	// Shares is how a key's quota is split between nodes. Default
-	// global.DemandWeighted: in proportion to each node's recent demand,
-	// with a floor so that an idle node can start. global.Equal gives
+	// fleet.DemandWeighted: in proportion to each node's recent demand,
+	// with a floor so that an idle node can start. fleet.Equal gives
 	// each active node 1/N of the rate whatever its demand.
-	Shares global.Shares
+	Shares fleet.Shares
 
 	// IdleTimeout is how long a key may go without requests before the
 	// node hands its lease back and forgets it; while the Limiter tracks
@@ -232,7 +232,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.StrictTimeout < 0:
 		return c, fmt.Errorf("hybrid: Config.StrictTimeout is %v; it must be positive (or 0 for the default %v)", c.StrictTimeout, DefaultStrictTimeout)
 	}
-	if c.Shares != global.DemandWeighted && c.Shares != global.Equal {
+	if c.Shares != fleet.DemandWeighted && c.Shares != fleet.Equal {
 		return c, fmt.Errorf("hybrid: Config.Shares %d is not a known strategy", int(c.Shares))
 	}
 	switch {
@@ -258,7 +258,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	for _, f := range []struct {
 		name string
-		s    global.Syncer
+		s    fleet.Syncer
 	}{{"Syncer", c.Syncer}, {"Failover", c.Failover}} {
 		m, ok := f.s.(keyLenLimiter)
 		switch {
@@ -315,8 +315,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.HotKeyShards == 0:
 		c.HotKeyShards = DefaultHotKeyShards
-	case c.HotKeyShards < 0 || c.HotKeyShards > global.MaxShards:
-		return c, fmt.Errorf("hybrid: Config.HotKeyShards is %d; it must be between 1 and %d (or 0 for the default %d)", c.HotKeyShards, global.MaxShards, DefaultHotKeyShards)
+	case c.HotKeyShards < 0 || c.HotKeyShards > fleet.MaxShards:
+		return c, fmt.Errorf("hybrid: Config.HotKeyShards is %d; it must be between 1 and %d (or 0 for the default %d)", c.HotKeyShards, fleet.MaxShards, DefaultHotKeyShards)
 	}
 	if c.Breaker.Failures == 0 {
 		c.Breaker.Failures = partition.DefaultFailures
@@ -330,8 +330,8 @@ func (c Config) withDefaults() (Config, error) {
 	if _, err := partition.NewBreaker(c.Breaker); err != nil {
 		return c, fmt.Errorf("hybrid: Config.Breaker: %w", err)
 	}
-	if n := len(c.Ladder.Steps); n > global.MaxFallbackSteps {
-		return c, fmt.Errorf("hybrid: Config.Ladder.Steps has %d steps; the fleet is told them with every sync, so at most global.MaxFallbackSteps (%d)", n, global.MaxFallbackSteps)
+	if n := len(c.Ladder.Steps); n > fleet.MaxFallbackSteps {
+		return c, fmt.Errorf("hybrid: Config.Ladder.Steps has %d steps; the fleet is told them with every sync, so at most fleet.MaxFallbackSteps (%d)", n, fleet.MaxFallbackSteps)
 	}
 	if _, err := partition.NewLadder(c.Ladder); err != nil {
 		return c, fmt.Errorf("hybrid: Config.Ladder: %w", err)
@@ -345,7 +345,7 @@ type keyLenLimiter interface{ MaxKeyLen() int }
 
 // isNil reports whether s holds a nil pointer, as a constructor returns
 // beside its error: New refuses it rather than fail at the first sync.
-func isNil(s global.Syncer) bool {
+func isNil(s fleet.Syncer) bool {
 	if s == nil {
 		return false
 	}

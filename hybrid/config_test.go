@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
@@ -51,7 +51,7 @@ func TestConfigErrors(t *testing.T) {
 		{"fleet size", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, FleetSize: -1}, "Config.FleetSize"},
 		{"breaker", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Breaker: partition.BreakerConfig{Cooldown: -1}}, "Config.Breaker: partition: BreakerConfig.Cooldown"},
 		{"ladder", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Ladder: partition.LadderConfig{Floor: 2}}, "Config.Ladder: partition: LadderConfig.Floor"},
-		{"ladder steps", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Ladder: partition.LadderConfig{Steps: manySteps(global.MaxFallbackSteps + 1)}}, "Config.Ladder.Steps has 17 steps"},
+		{"ladder steps", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Ladder: partition.LadderConfig{Steps: manySteps(fleet.MaxFallbackSteps + 1)}}, "Config.Ladder.Steps has 17 steps"},
 		{"strict no decider", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Mode: hybrid.Strict, Limit: 1, Window: time.Second}}, Syncer: s}, "implements StrictDecider"},
 	}
 	for _, tt := range tests {
@@ -70,14 +70,14 @@ func TestConfigErrors(t *testing.T) {
 func TestRatePolicy(t *testing.T) {
 	t.Parallel()
 	s := newScripted(0, "k")
-	l, clk := stepped(t, s, global.Equal, hybrid.Policy{Name: "r", Rate: 2000, Burst: 50})
+	l, clk := stepped(t, s, fleet.Equal, hybrid.Policy{Name: "r", Rate: 2000, Burst: 50})
 	admit(t, l, "k", 1000)
 	clk.Advance(100 * time.Millisecond)
 	require.NoError(t, l.SyncOnce(context.Background()))
 	// Offered 10000/s: 1500 per interval with headroom, cut to one
 	// node's equal share of 2000/s * 100 ms = 200, then to the burst.
 	assert.Equal(t, int64(50), s.last().Demand)
-	assert.Equal(t, global.Limit{Limit: 2_000_000, Window: 1000 * time.Second, Burst: 50}, s.last().Limit)
+	assert.Equal(t, fleet.Limit{Limit: 2_000_000, Window: 1000 * time.Second, Burst: 50}, s.last().Limit)
 }
 
 // manySteps is a valid ladder of n steps.

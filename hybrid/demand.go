@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // What a key asks its fleet for at each sync: a forecast of the requests
@@ -72,7 +72,7 @@ func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
 		h = min(l.cfg.Interval, k.pol.Window) + time.Duration(l.syncs.rtt)
 	}
 	d := max(ceil(k.rate*h.Seconds()*headroom), l.floor(k.pol, k.nodes))
-	if l.cfg.Shares == global.Equal {
+	if l.cfg.Shares == fleet.Equal {
 		if c := l.entitled(k, now, consumed); d > c {
 			d, k.capped = c, true
 		}

@@ -8,7 +8,7 @@
 // sized to its share of the key's quota. Admitting a request is one atomic
 // compare-and-swap, with no lock and no allocation. Every Config.Interval
 // the sync loop reports each active key's consumption and demand forecast
-// to the fleet (a global.Syncer: Redis, or memberlist gossip) in one batched
+// to the fleet (a fleet.Syncer: Redis, or memberlist gossip) in one batched
 // call and installs the new leases; a key whose lease runs low before then
 // gets an early sync in the background, and the request path never waits
 // for it.

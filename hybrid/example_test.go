@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
@@ -20,7 +21,7 @@ func Example() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
-	fleet, err := global.NewRedis(ctx, global.RedisConfig{Client: client})
+	store, err := global.NewRedis(ctx, global.RedisConfig{Client: client})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -30,7 +31,7 @@ func Example() {
 			{Name: "api", Prefix: "api:", Limit: 100, Window: time.Second},
 			{Name: "login", Prefix: "login:", Algorithm: local.SlidingWindow, Limit: 5, Window: time.Minute, Mode: hybrid.Strict},
 		},
-		Syncer: fleet,
+		Syncer: store,
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -96,7 +97,7 @@ func ExampleLimiter_Health() {
 
 	d, _ := limiter.Allow("api:key-42") // a new key's starter credit
 	err = limiter.SyncOnce(context.Background())
-	fmt.Println(d.Allowed(), errors.Is(err, global.ErrUnreachable))
+	fmt.Println(d.Allowed(), errors.Is(err, fleet.ErrUnreachable))
 	h := limiter.Health()
 	fmt.Println(h.Level, h.Factor)
 	// Output:

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -94,7 +95,7 @@ func TestCutOffNodeForgetsIdleKeys(t *testing.T) {
 	})
 	require.NoError(t, err)
 	// Close's last sync finds no Redis.
-	defer func() { assert.ErrorIs(t, l.Close(), global.ErrUnreachable) }()
+	defer func() { assert.ErrorIs(t, l.Close(), fleet.ErrUnreachable) }()
 
 	for i := range 100 {
 		_, err := l.Allow(fmt.Sprintf("once:%d", i))

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 )
@@ -22,8 +22,8 @@ type ledger struct {
 	consumed int64 // every consumption reported
 }
 
-func (g *ledger) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
-	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+func (g *ledger) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+	resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
 	for i, u := range req.Keys {
 		if u.Consumed < 0 || u.Demand < 0 {
 			panic("negative report")
@@ -31,7 +31,7 @@ func (g *ledger) Sync(_ context.Context, req *global.Request) (*global.Response,
 		g.consumed += u.Consumed
 		lease := g.next()
 		g.granted += lease
-		resp.Grants[i] = global.Grant{Lease: lease, TTL: time.Hour, Nodes: 1, Weight: 1}
+		resp.Grants[i] = fleet.Grant{Lease: lease, TTL: time.Hour, Nodes: 1, Weight: 1}
 	}
 	return resp, nil
 }
@@ -56,10 +56,10 @@ func FuzzCosts(f *testing.F) {
 			pos += copy(b[:], ops[min(pos, len(ops)):])
 			return binary.LittleEndian.Uint32(b[:])
 		}
-		fleet := &ledger{next: func() int64 { return int64(u32() % (burst + 1)) }}
+		nodes := &ledger{next: func() int64 { return int64(u32() % (burst + 1)) }}
 		clk := clock.NewManual(epoch)
 		l, err := hybrid.New(hybrid.Config{
-			Node: "n1", Syncer: fleet, ManualSync: true, Clock: clk, HotKeyRate: -1,
+			Node: "n1", Syncer: nodes, ManualSync: true, Clock: clk, HotKeyRate: -1,
 			Policies: []hybrid.Policy{{Name: "p", Rate: 1e9, Burst: burst}},
 		})
 		require.NoError(t, err)
@@ -115,14 +115,14 @@ func FuzzCosts(f *testing.F) {
 				clk.Advance(time.Duration(op>>3+1) * time.Millisecond)
 				require.NoError(t, l.SyncOnce(ctx))
 			}
-			require.LessOrEqual(t, net, credit+fleet.granted, "admitted past every lease granted")
+			require.LessOrEqual(t, net, credit+nodes.granted, "admitted past every lease granted")
 		}
 		clk.Advance(time.Millisecond)
 		require.NoError(t, l.SyncOnce(ctx))
 		// A take given back after a sync reported it stays reported
 		// (reports only add), so the fleet may have been told more than
 		// the net, never less, and never more than was admitted.
-		require.GreaterOrEqual(t, fleet.consumed, net, "the fleet was told less than was admitted and kept")
-		require.LessOrEqual(t, fleet.consumed, gross, "the fleet was told of more than was admitted")
+		require.GreaterOrEqual(t, nodes.consumed, net, "the fleet was told less than was admitted and kept")
+		require.LessOrEqual(t, nodes.consumed, gross, "the fleet was told of more than was admitted")
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
@@ -19,11 +20,11 @@ import (
 // whatever it asked for, and records what was reported consumed.
 func fixedLease(lease int64) (syncFunc, *int64) {
 	consumed := new(int64)
-	return func(_ context.Context, req *global.Request) (*global.Response, error) {
-		resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+	return func(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+		resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
 		for i, u := range req.Keys {
 			*consumed += u.Consumed
-			resp.Grants[i] = global.Grant{Lease: lease, TTL: time.Hour, Remaining: 0, Nodes: 1, Weight: 1}
+			resp.Grants[i] = fleet.Grant{Lease: lease, TTL: time.Hour, Remaining: 0, Nodes: 1, Weight: 1}
 		}
 		return resp, nil
 	}, consumed
@@ -64,7 +65,7 @@ func TestCancelCannotMint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, consumed := fixedLease(100)
-			l, clk := stepped(t, s, global.DemandWeighted)
+			l, clk := stepped(t, s, fleet.DemandWeighted)
 			_, err := l.Allow("k") // the starter credit
 			require.NoError(t, err)
 			clk.Advance(10 * time.Millisecond)
@@ -117,7 +118,7 @@ func TestErrorRefuses(t *testing.T) {
 func TestWaitHonoursDoneContext(t *testing.T) {
 	t.Parallel()
 	s, _ := fixedLease(100)
-	l, clk := stepped(t, s, global.DemandWeighted,
+	l, clk := stepped(t, s, fleet.DemandWeighted,
 		hybrid.Policy{Name: "h", Prefix: "h:", Limit: 1000, Window: time.Second},
 		hybrid.Policy{Name: "l", Prefix: "l:", Mode: hybrid.Local, Limit: 1000, Window: time.Second})
 	_, err := l.Allow("h:k")
@@ -147,7 +148,7 @@ func drainKeyDry(t *testing.T, l *hybrid.Limiter, key string) int64 {
 func TestClosedLimiterFollowsFailMode(t *testing.T) {
 	t.Parallel()
 	s, _ := fixedLease(100)
-	l, _ := stepped(t, s, global.DemandWeighted,
+	l, _ := stepped(t, s, fleet.DemandWeighted,
 		hybrid.Policy{Name: "closed", Prefix: "c:", Limit: 1000, Window: time.Second, OnUnreachable: hybrid.FailClosed})
 	require.NoError(t, l.Close())
 	d, err := l.Allow("c:new")
@@ -159,10 +160,10 @@ func TestClosedLimiterFollowsFailMode(t *testing.T) {
 // strictAnswer is a Strict store that answers every decision with d.
 type strictAnswer struct {
 	*scripted
-	d global.Decision
+	d fleet.Decision
 }
 
-func (s *strictAnswer) Allow(context.Context, string, global.Limit, int64) (global.Decision, error) {
+func (s *strictAnswer) Allow(context.Context, string, fleet.Limit, int64) (fleet.Decision, error) {
 	return s.d, nil
 }
 
@@ -172,7 +173,7 @@ func (s *strictAnswer) Allow(context.Context, string, global.Limit, int64) (glob
 // admit.
 func TestStrictReadsAllowed(t *testing.T) {
 	t.Parallel()
-	s := &strictAnswer{scripted: newScripted(0), d: global.Decision{Allowed: false}}
+	s := &strictAnswer{scripted: newScripted(0), d: fleet.Decision{Allowed: false}}
 	l, _ := manual(t, hybrid.Config{Syncer: s, Policies: []hybrid.Policy{
 		{Name: "strict", Mode: hybrid.Strict, Limit: 100, Window: time.Second},
 	}})
@@ -206,7 +207,7 @@ func TestLargeCostsCounted(t *testing.T) {
 	t.Parallel()
 	const capacity = 1<<31 - 1
 	s := newScripted(0, "k")
-	l, clk := stepped(t, s, global.DemandWeighted,
+	l, clk := stepped(t, s, fleet.DemandWeighted,
 		hybrid.Policy{Name: "open", Rate: 1e6, Burst: capacity, OnUnreachable: hybrid.FailOpen})
 	ctx := context.Background()
 	_, err := l.AllowN("k", 0)
@@ -249,13 +250,13 @@ func TestFallbackStartsFromShare(t *testing.T) {
 	t.Parallel()
 	const keys = 1000
 	down := false
-	s := syncFunc(func(_ context.Context, req *global.Request) (*global.Response, error) {
+	s := syncFunc(func(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
 		if down {
 			return nil, errDown
 		}
-		resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+		resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
 		for i := range req.Keys {
-			resp.Grants[i] = global.Grant{Lease: 0, TTL: time.Millisecond, Remaining: 0, Used: 100, Nodes: 4, Weight: 0.25}
+			resp.Grants[i] = fleet.Grant{Lease: 0, TTL: time.Millisecond, Remaining: 0, Used: 100, Nodes: 4, Weight: 0.25}
 		}
 		return resp, nil
 	})
@@ -301,14 +302,14 @@ func TestCancelDuringSync(t *testing.T) {
 		t.Run(fmt.Sprint("striped=", striped), func(t *testing.T) {
 			t.Parallel()
 			var held *hybrid.Reservation
-			s := syncFunc(func(_ context.Context, req *global.Request) (*global.Response, error) {
+			s := syncFunc(func(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
 				if held != nil {
 					held.Cancel() // a request on another goroutine gives its tokens back
 					held = nil
 				}
-				resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+				resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
 				for i := range req.Keys {
-					resp.Grants[i] = global.Grant{Lease: 100, TTL: time.Hour, Remaining: 0, Nodes: 1, Weight: 1}
+					resp.Grants[i] = fleet.Grant{Lease: 100, TTL: time.Hour, Remaining: 0, Nodes: 1, Weight: 1}
 				}
 				return resp, nil
 			})
@@ -400,19 +401,19 @@ func TestKeyErrorReportKept(t *testing.T) {
 	t.Parallel()
 	fail := true
 	var got []int64
-	s := syncFunc(func(_ context.Context, req *global.Request) (*global.Response, error) {
-		resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+	s := syncFunc(func(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+		resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
 		for i, u := range req.Keys {
 			got = append(got, u.Consumed)
 			if fail {
-				resp.Grants[i].Err = fmt.Errorf("%w: WRONGTYPE", global.ErrInvalid)
+				resp.Grants[i].Err = fmt.Errorf("%w: WRONGTYPE", fleet.ErrInvalid)
 				continue
 			}
-			resp.Grants[i] = global.Grant{Lease: 100, TTL: time.Hour, Nodes: 1, Weight: 1}
+			resp.Grants[i] = fleet.Grant{Lease: 100, TTL: time.Hour, Nodes: 1, Weight: 1}
 		}
 		return resp, nil
 	})
-	l, clk := stepped(t, s, global.DemandWeighted, hybrid.Policy{Name: "open", Limit: 1000, Window: time.Second, OnUnreachable: hybrid.FailOpen})
+	l, clk := stepped(t, s, fleet.DemandWeighted, hybrid.Policy{Name: "open", Limit: 1000, Window: time.Second, OnUnreachable: hybrid.FailOpen})
 	ctx := context.Background()
 	assert.Equal(t, 1, admit(t, l, "k", 5), "the starter credit")
 	clk.Advance(10 * time.Millisecond)
@@ -428,12 +429,12 @@ func TestKeyErrorReportKept(t *testing.T) {
 // or err, and counts the calls.
 type countingStrict struct {
 	*scripted
-	d     global.Decision
+	d     fleet.Decision
 	err   error
 	calls int
 }
 
-func (s *countingStrict) Allow(context.Context, string, global.Limit, int64) (global.Decision, error) {
+func (s *countingStrict) Allow(context.Context, string, fleet.Limit, int64) (fleet.Decision, error) {
 	s.calls++
 	return s.d, s.err
 }
@@ -444,7 +445,7 @@ func (s *countingStrict) Allow(context.Context, string, global.Limit, int64) (gl
 // Limiter calls the store no more.
 func TestStrictKeyErrors(t *testing.T) {
 	t.Parallel()
-	s := &countingStrict{scripted: newScripted(0), err: fmt.Errorf("%w: tat is nan", global.ErrCorrupt)}
+	s := &countingStrict{scripted: newScripted(0), err: fmt.Errorf("%w: tat is nan", fleet.ErrCorrupt)}
 	l, _ := manual(t, hybrid.Config{Syncer: s, FleetSize: 4, Policies: []hybrid.Policy{
 		{Name: "strict", Mode: hybrid.Strict, Limit: 100, Window: time.Second},
 	}})
@@ -461,9 +462,9 @@ func TestStrictKeyErrors(t *testing.T) {
 	assert.Equal(t, 50, s.calls, "a key's error does not open the breaker")
 	h := l.Health()
 	assert.Equal(t, 1, h.FailingKeys)
-	require.ErrorIs(t, h.KeyError, global.ErrCorrupt)
+	require.ErrorIs(t, h.KeyError, fleet.ErrCorrupt)
 
-	s.err, s.d = nil, global.Decision{Allowed: true, Remaining: 10}
+	s.err, s.d = nil, fleet.Decision{Allowed: true, Remaining: 10}
 	d, err := l.Allow("k")
 	require.NoError(t, err)
 	assert.False(t, d.Degraded())

@@ -5,12 +5,12 @@ import (
 	"math"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // A Syncer whose store is in parts, a Redis Cluster, can lose one part
 // while the others answer: then the keys of the lost part come back with
-// a Grant.Err that wraps global.ErrUnreachable, and the others with their
+// a Grant.Err that wraps fleet.ErrUnreachable, and the others with their
 // grants. That is no outage of the node, which stays Healthy, nor a
 // breaker failure: the fleet answered. Each cut-off key instead does
 // alone what every key does on a node cut off from its fleet: it keeps
@@ -18,7 +18,7 @@ import (
 // FailStatic key from a fallback bucket sized by the ladder for how long
 // that key has gone unanswered (cutFactor), and what it spends is
 // reported once its part of the store answers again. Health counts such
-// keys in FailingKeys, with a KeyError that wraps global.ErrUnreachable.
+// keys in FailingKeys, with a KeyError that wraps fleet.ErrUnreachable.
 // They are synced apart from the others, every cutRetry Intervals (see
 // splitCut and syncCut), so that the dead part's wait does not delay the
 // others' grants. The hot path is unchanged; a key carries 16 bytes more
@@ -128,8 +128,8 @@ func (l *Limiter) syncCut(ctx context.Context, cut []*keyState, how syncKind) er
 
 // cutResponse answers every key of a call that reached no part of the
 // fleet with err, as keys cut off alone.
-func cutResponse(keys int, err error) *global.Response {
-	resp := &global.Response{Grants: make([]global.Grant, keys)}
+func cutResponse(keys int, err error) *fleet.Response {
+	resp := &fleet.Response{Grants: make([]fleet.Grant, keys)}
 	for i := range resp.Grants {
 		resp.Grants[i].Err = err
 	}

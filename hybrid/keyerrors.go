@@ -6,7 +6,7 @@ import (
 )
 
 // A key the fleet answers with an error of its own (Grant.Err, or a
-// Strict decision that wraps global.ErrInvalid or global.ErrCorrupt) is
+// Strict decision that wraps fleet.ErrInvalid or fleet.ErrCorrupt) is
 // not an outage: the
 // fleet is reachable and every other key is served. But the key must
 // not be refused forever either, which is what a node that waits for a

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
@@ -110,7 +111,7 @@ func TestRedisOutOfMemory(t *testing.T) {
 		clk.Advance(100 * time.Millisecond)
 		err := l.SyncOnce(ctx)
 		require.Error(t, err)
-		require.ErrorIs(t, err, global.ErrUnreachable)
+		require.ErrorIs(t, err, fleet.ErrUnreachable)
 	}
 	assert.Equal(t, partition.Degraded, l.Health().Level)
 	admitted := 0
@@ -163,7 +164,7 @@ func TestStartWithoutRedis(t *testing.T) {
 	_, err = l.Allow("k")
 	require.NoError(t, err)
 	err = l.SyncOnce(ctx)
-	require.ErrorIs(t, err, global.ErrUnreachable)
+	require.ErrorIs(t, err, fleet.ErrUnreachable)
 	assert.Contains(t, err.Error(), srv.Addr, "the error names the address")
 	assert.Equal(t, partition.Degraded, l.Health().Level)
 
@@ -183,10 +184,10 @@ func TestStartWithoutRedis(t *testing.T) {
 // rather than held (and counted failing) for good.
 func TestFailingKeyForgotten(t *testing.T) {
 	t.Parallel()
-	s := syncFunc(func(_ context.Context, req *global.Request) (*global.Response, error) {
-		resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+	s := syncFunc(func(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+		resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
 		for i := range req.Keys {
-			resp.Grants[i].Err = fmt.Errorf("%w: WRONGTYPE", global.ErrInvalid)
+			resp.Grants[i].Err = fmt.Errorf("%w: WRONGTYPE", fleet.ErrInvalid)
 		}
 		return resp, nil
 	})

@@ -4,7 +4,7 @@ import (
 	"math"
 	"sync/atomic"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // A key's lease is one atomic word: the high 32 bits count what the node
@@ -108,14 +108,14 @@ type keyState struct {
 }
 
 // seriesOf is k's report series and its Total at spent s0 (see
-// global.Usage.Series). A series is begun afresh when k has none, or its
+// fleet.Usage.Series). A series is begun afresh when k has none, or its
 // Total would pass 2^52: its number is random, from 1 to
-// global.MaxLimit, so that a restarted node, or a key forgotten and seen
+// fleet.MaxLimit, so that a restarted node, or a key forgotten and seen
 // again, never continues another's count. The first report of a series
 // counts its Consumed as it is. Sync loop only.
 func (k *keyState) seriesOf(rng interface{ Uint64N(uint64) uint64 }, s0 int64) (uint64, int64) {
-	if k.series == 0 || s0-k.seriesBase > global.MaxLimit/2 || s0 < k.seriesBase {
-		k.series, k.seriesBase = 1+rng.Uint64N(global.MaxLimit), s0
+	if k.series == 0 || s0-k.seriesBase > fleet.MaxLimit/2 || s0 < k.seriesBase {
+		k.series, k.seriesBase = 1+rng.Uint64N(fleet.MaxLimit), s0
 	}
 	return k.series, s0 - k.seriesBase
 }

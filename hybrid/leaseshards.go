@@ -7,14 +7,14 @@ import (
 
 	"github.com/zeebo/xxh3"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // A Hybrid key costs its Redis master one lease script per node per sync,
 // whatever its traffic, and each script reads every node's fields: at
 // hundreds of nodes one key's master is the fleet's bottleneck. So a key
 // whose fleet-wide sync load reaches Config.HotLeaseSyncs is split into
-// min(HotKeyShards, nodes/4) shards (global.ShardsOf), each holding its
+// min(HotKeyShards, nodes/4) shards (fleet.ShardsOf), each holding its
 // part of the limit and spread over the Cluster's masters. Each node
 // leases from a home shard, picked by hashing its name with the key, and
 // when the home shard grants less than it asked, from the next shard for
@@ -26,7 +26,7 @@ import (
 // The split is the fleet's, through a lease mark in the store
 // (LeaseShardDirectory.MarkLeaseShards): while it stands, the lease
 // scripts of the key itself grant nothing and apply none of a report,
-// and answer with the shard count (global.Grant.Shards), so that the node
+// and answer with the shard count (fleet.Grant.Shards), so that the node
 // reports to its shards instead, in the same sync. Nodes leasing from
 // the key and nodes leasing from its shards would otherwise each see the
 // whole limit.
@@ -55,8 +55,8 @@ import (
 // Every charge is idempotent (the largest counts), so any number of
 // nodes may split or merge a key together.
 type leaseShards struct {
-	keys     []global.Shard // the key's shards in the store
-	limit    global.Limit   // each shard's: the policy's, divided
+	keys     []fleet.Shard // the key's shards in the store
+	limit    fleet.Limit   // each shard's: the policy's, divided
 	home     int
 	until    int64    // when the mark ends, as last heard; never later than in Redis
 	lease    [2]int64 // this node's outstanding lease at the home shard and the next
@@ -100,13 +100,13 @@ func (l *Limiter) leaseMarkTTL() time.Duration {
 // lease from shards in the store, and moves what was spent across a
 // split or a merge. global.Redis implements it; see its methods for the
 // contract. The Syncer's lease answers for a marked key carry
-// global.Grant.Shards.
+// fleet.Grant.Shards.
 type LeaseShardDirectory interface {
 	// MarkLeaseShards marks key's leases as split into shards until ttl
 	// from now, or extends a standing mark to at least that (with shards
 	// 0, only extends), and returns the shard count in force and how
 	// long the mark stands: 0 once it has ended and awaits its merge.
-	MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit global.Limit) (int, time.Duration, error)
+	MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit fleet.Limit) (int, time.Duration, error)
 	// LeaseShardMark returns key's mark: its shard count (0 if none) and
 	// how long it stands (0 once it has ended).
 	LeaseShardMark(ctx context.Context, key string) (int, time.Duration, error)
@@ -115,18 +115,16 @@ type LeaseShardDirectory interface {
 	EndLeaseShards(ctx context.Context, key string) (bool, error)
 	// LeaseUsed returns what the lease states of key's shards show
 	// spent, summed; the zero Shard is key itself.
-	LeaseUsed(ctx context.Context, key string, shards []global.Shard, limit global.Limit) (int64, error)
+	LeaseUsed(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit) (int64, error)
 	// ChargeLeasesAtLeast makes the lease state of each of key's shards
 	// (the zero Shard: key itself) show at least used spent; charging
 	// twice charges once. Nodes not seen for three intervals are
 	// forgotten first.
-	ChargeLeasesAtLeast(ctx context.Context, key string, shards []global.Shard, limit global.Limit, used int64, interval time.Duration) error
+	ChargeLeasesAtLeast(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit, used int64, interval time.Duration) error
 }
 
-var _ LeaseShardDirectory = (*global.Redis)(nil)
-
 // itself is the key itself, as LeaseShardDirectory's shards.
-var itself = []global.Shard{{}}
+var itself = []fleet.Shard{{}}
 
 // errUnsettled marks a grant whose report reached no fleet state: it is
 // reported again at the next sync.
@@ -146,7 +144,7 @@ func (l *Limiter) newLeaseShards(k *keyState, n int, until int64) *leaseShards {
 	if k.handover.pending {
 		counted = k.handover.held // merged, and split again before a report
 	}
-	return &leaseShards{keys: global.ShardsOf(k.key, n), limit: per, home: home, until: until,
+	return &leaseShards{keys: fleet.ShardsOf(k.key, n), limit: per, home: home, until: until,
 		fresh: true, keyLease: counted}
 }
 
@@ -252,7 +250,7 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
 	if err != nil {
 		return
 	}
-	if err := l.ldir.ChargeLeasesAtLeast(cctx, k.key, global.ShardsOf(k.key, n), per, before/int64(n), l.cfg.Interval); err != nil {
+	if err := l.ldir.ChargeLeasesAtLeast(cctx, k.key, fleet.ShardsOf(k.key, n), per, before/int64(n), l.cfg.Interval); err != nil {
 		return
 	}
 	sent := l.now()
@@ -264,7 +262,7 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
 		per, _ = splitLimit(k.pol.limit, m)
 	}
 	if used, err := l.ldir.LeaseUsed(cctx, k.key, itself, k.pol.limit); err == nil {
-		_ = l.ldir.ChargeLeasesAtLeast(cctx, k.key, global.ShardsOf(k.key, m), per, used/int64(m), l.cfg.Interval)
+		_ = l.ldir.ChargeLeasesAtLeast(cctx, k.key, fleet.ShardsOf(k.key, m), per, used/int64(m), l.cfg.Interval)
 	}
 	k.lshards, k.series = l.newLeaseShards(k, m, sent+int64(left)), 0
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
@@ -21,7 +22,7 @@ import (
 // leaseStamp is when the lease state of key's shard (the zero Shard: key
 // itself) was last written by a lease script on c, in Redis's
 // microseconds; 0 if never.
-func leaseStamp(t *testing.T, c redis.UniversalClient, key string, sh global.Shard) int64 {
+func leaseStamp(t *testing.T, c redis.UniversalClient, key string, sh fleet.Shard) int64 {
 	t.Helper()
 	ts, _ := hgetShardInt(t, c, key, sh, "ts")
 	return ts
@@ -83,8 +84,8 @@ func TestLeaseShardsFleetWide(t *testing.T) {
 	// admits next is its rate.
 	fleettest.Drive(t, nodes, key, rates, 2*time.Second)
 
-	own := leaseStamp(t, c, key, global.Shard{})
-	shards := global.ShardsOf(key, 2)
+	own := leaseStamp(t, c, key, fleet.Shard{})
+	shards := fleet.ShardsOf(key, 2)
 	before := []int64{leaseStamp(t, c, key, shards[0]), leaseStamp(t, c, key, shards[1])}
 	const run = 4 * time.Second
 	r := fleettest.Drive(t, nodes, key, rates, run)
@@ -92,7 +93,7 @@ func TestLeaseShardsFleetWide(t *testing.T) {
 	rate := float64(limit) * run.Seconds()
 	t.Logf("sharded, at twice the limit: admitted %d (per node %v) over %v against %.0f at the limit's rate; busiest window %d against %d",
 		got, r.PerNode(), run, rate, peak, limit)
-	assert.LessOrEqual(t, leaseStamp(t, c, key, global.Shard{}), own, "no lease from the key itself while it is split (its state may expire)")
+	assert.LessOrEqual(t, leaseStamp(t, c, key, fleet.Shard{}), own, "no lease from the key itself while it is split (its state may expire)")
 	for i, sh := range shards {
 		assert.Greater(t, leaseStamp(t, c, key, sh), before[i], "shard %d leases", i)
 	}
@@ -133,7 +134,7 @@ func TestLeaseShardsFleetWide(t *testing.T) {
 	// limit.
 	assert.LessOrEqual(t, float64(across), limit*1.2, "no burst at the merge")
 	assert.LessOrEqual(t, float64(after), limit*1.1, "the key holds the limit after the merge")
-	assert.Greater(t, leaseStamp(t, c, key, global.Shard{}), own, "the key itself leases again")
+	assert.Greater(t, leaseStamp(t, c, key, fleet.Shard{}), own, "the key itself leases again")
 }
 
 // stepInterval is the sync interval of the hand-driven lease shard
@@ -249,7 +250,7 @@ func TestLeaseShardAccounting(t *testing.T) {
 	for _, l := range left {
 		require.NoError(t, l.Close())
 	}
-	used, err := redisSyncer(t, s).LeaseUsed(context.Background(), st.key, []global.Shard{{}}, global.Limit{Algorithm: global.SlidingWindow, Limit: p.Limit, Window: p.Window})
+	used, err := redisSyncer(t, s).LeaseUsed(context.Background(), st.key, []fleet.Shard{{}}, fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: p.Limit, Window: p.Window})
 	require.NoError(t, err)
 	// A lease is sized for an interval at the node's rate, with
 	// headroom, and an early sync adds to it; while the key is far under
@@ -270,11 +271,11 @@ func TestLeaseShardAccounting(t *testing.T) {
 // key must need no escaping in a hash tag.
 func hgetInt(t *testing.T, c redis.UniversalClient, key, field string) (int64, bool) {
 	t.Helper()
-	return hgetShardInt(t, c, key, global.Shard{}, field)
+	return hgetShardInt(t, c, key, fleet.Shard{}, field)
 }
 
 // hgetShardInt is hgetInt on the lease state of key's shard.
-func hgetShardInt(t *testing.T, c redis.UniversalClient, key string, sh global.Shard, field string) (int64, bool) {
+func hgetShardInt(t *testing.T, c redis.UniversalClient, key string, sh fleet.Shard, field string) (int64, bool) {
 	t.Helper()
 	v, err := c.HGet(context.Background(), global.DefaultPrefix+"{"+key+sh.String()+"}:lease", field).Result()
 	if err == redis.Nil {
@@ -307,7 +308,7 @@ func TestLeaseMergeForgetsSplitLeases(t *testing.T) {
 	// Node 8 stops here, holding a lease from its home shard.
 	holder := nodes[7]
 	held := int64(0)
-	for _, sh := range global.ShardsOf(st.key, 2) {
+	for _, sh := range fleet.ShardsOf(st.key, 2) {
 		l, _ := hgetShardInt(t, c, st.key, sh, "l:node-8")
 		held += l
 	}

@@ -3,7 +3,7 @@ package hybrid
 import (
 	"context"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // How a sync carries keys whose leases are split into shards: which of
@@ -41,7 +41,7 @@ type target struct {
 // key the fleet split since this node last heard is told so by its own
 // lease script and moves to its shards, in the same sync. The grants are
 // folded into one per key. syncMu is held.
-func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, marks []mark) (*global.Response, error) {
+func (l *Limiter) callLeases(ctx context.Context, f *link, batch []*keyState, marks []mark) (*fleet.Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.syncTimeout(l.cfg.SyncTimeout))
 	defer cancel()
 	s := &l.syncs
@@ -57,7 +57,7 @@ func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, m
 			tg = l.shardUsages(req, tg, j, k, sent)
 			continue
 		}
-		u := global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: s.consumed[j], Demand: k.requested, Paced: k.paced()}
+		u := fleet.Usage{Key: k.key, Limit: k.pol.limit, Consumed: s.consumed[j], Demand: k.requested, Paced: k.paced()}
 		if h := k.handover; h.pending {
 			// What the shards were charged for is not the key's:
 			// this report counts as it is, and a new series
@@ -75,13 +75,13 @@ func (l *Limiter) callLeases(ctx context.Context, f *fleet, batch []*keyState, m
 	if err != nil {
 		return nil, err
 	}
-	out := &global.Response{Grants: make([]global.Grant, len(batch)), Partitioned: resp.Partitioned}
+	out := &fleet.Response{Grants: make([]fleet.Grant, len(batch)), Partitioned: resp.Partitioned}
 	again, short := l.applyLeases(batch, out, req, resp, sent)
 	for round := 0; round < 2 && len(again)+len(short) > 0; round++ {
 		again, short = l.moreLeases(ctx, f, batch, out, again, short)
 	}
 	for _, j := range again {
-		out.Grants[j] = global.Grant{Err: errUnsettled}
+		out.Grants[j] = fleet.Grant{Err: errUnsettled}
 	}
 	return out, nil
 }
@@ -96,7 +96,7 @@ func (l *Limiter) mayLease(ls *leaseShards, sent int64) bool {
 // shard's, and the next shard's when it holds a lease there, to settle
 // it. What was spent is split between them in proportion to their
 // leases.
-func (l *Limiter) shardUsages(req *global.Request, tg []target, j int, k *keyState, sent int64) []target {
+func (l *Limiter) shardUsages(req *fleet.Request, tg []target, j int, k *keyState, sent int64) []target {
 	ls := k.lshards
 	c := l.syncs.consumed[j]
 	demand := k.requested
@@ -112,10 +112,10 @@ func (l *Limiter) shardUsages(req *global.Request, tg []target, j int, k *keySta
 		home = c - next
 	}
 	next += ls.owed
-	req.Keys = append(req.Keys, global.Usage{Key: k.key, Shard: ls.keys[ls.home], Limit: ls.limit, Consumed: home, Demand: demand})
+	req.Keys = append(req.Keys, fleet.Usage{Key: k.key, Shard: ls.keys[ls.home], Limit: ls.limit, Consumed: home, Demand: demand})
 	tg = append(tg, target{j, homeShard})
 	if ls.lease[1] > 0 || next > 0 {
-		req.Keys = append(req.Keys, global.Usage{Key: k.key, Shard: ls.keys[ls.next()], Limit: ls.limit, Consumed: next})
+		req.Keys = append(req.Keys, fleet.Usage{Key: k.key, Shard: ls.keys[ls.next()], Limit: ls.limit, Consumed: next})
 		tg = append(tg, target{j, settleNext})
 	}
 	return tg
@@ -124,7 +124,7 @@ func (l *Limiter) shardUsages(req *global.Request, tg []target, j int, k *keySta
 // moreLeases runs a further round trip: keys just moved to their shards
 // report and lease there, and keys whose home shard was short top up
 // from the next shard. It returns the keys that still need either.
-func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, out *global.Response, again, short []int) ([]int, []int) {
+func (l *Limiter) moreLeases(ctx context.Context, f *link, batch []*keyState, out *fleet.Response, again, short []int) ([]int, []int) {
 	s := &l.syncs
 	req := l.request(f)
 	tg := s.targets[:0]
@@ -140,7 +140,7 @@ func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, o
 		}
 		// The next shard was settled in the first round trip (or held
 		// nothing): this asks only for the rest.
-		req.Keys = append(req.Keys, global.Usage{Key: k.key, Shard: ls.keys[ls.next()], Limit: ls.limit, Demand: k.requested - ls.lease[0]})
+		req.Keys = append(req.Keys, fleet.Usage{Key: k.key, Shard: ls.keys[ls.next()], Limit: ls.limit, Demand: k.requested - ls.lease[0]})
 		tg = append(tg, target{j, topUpNext})
 	}
 	s.targets = tg
@@ -156,7 +156,7 @@ func (l *Limiter) moreLeases(ctx context.Context, f *fleet, batch []*keyState, o
 // top-up folded into its home shard's. It returns the keys the fleet
 // moved to their shards, which must report there, and those whose home
 // shard granted less than asked.
-func (l *Limiter) applyLeases(batch []*keyState, out *global.Response, req *global.Request, resp *global.Response, sent int64) (again, short []int) {
+func (l *Limiter) applyLeases(batch []*keyState, out *fleet.Response, req *fleet.Request, resp *fleet.Response, sent int64) (again, short []int) {
 	for i, t := range l.syncs.targets {
 		g, k := resp.Grants[i], batch[t.j]
 		ls := k.lshards
@@ -197,7 +197,7 @@ func (l *Limiter) applyLeases(batch []*keyState, out *global.Response, req *glob
 
 // settled records the next shard's answer g to a report of consumed: its
 // lease is settled, or what it refused is reported again next time.
-func (ls *leaseShards) settled(g global.Grant, consumed int64) {
+func (ls *leaseShards) settled(g fleet.Grant, consumed int64) {
 	if g.Err != nil {
 		ls.owed = consumed
 		return
@@ -208,7 +208,7 @@ func (ls *leaseShards) settled(g global.Grant, consumed int64) {
 // fold turns a home shard's grant into the key's: the lease is the
 // node's, the fleet's figures are the shard's times the shard count, an
 // estimate of the key's that holds while the shards are evenly used.
-func (ls *leaseShards) fold(g global.Grant) global.Grant {
+func (ls *leaseShards) fold(g fleet.Grant) fleet.Grant {
 	if g.Err != nil {
 		return g
 	}
@@ -221,7 +221,7 @@ func (ls *leaseShards) fold(g global.Grant) global.Grant {
 }
 
 // topUp adds the next shard's grant t to the key's grant g.
-func (ls *leaseShards) topUp(g, t global.Grant) global.Grant {
+func (ls *leaseShards) topUp(g, t fleet.Grant) fleet.Grant {
 	if g.Err != nil {
 		return g
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/zeebo/xxh3"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/sketch"
@@ -41,7 +41,7 @@ var (
 // StrictDecider decides single requests in the fleet's store. Strict
 // policies need a Config.Syncer that implements it; *global.Redis does.
 type StrictDecider interface {
-	Allow(ctx context.Context, key string, limit global.Limit, n int64) (global.Decision, error)
+	Allow(ctx context.Context, key string, limit fleet.Limit, n int64) (fleet.Decision, error)
 }
 
 // ShardDirectory records, for the whole fleet, which Strict keys are
@@ -56,17 +56,12 @@ type ShardDirectory interface {
 	MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error)
 	// ChargeAtLeast makes key show at least used spent; charging twice
 	// charges once.
-	ChargeAtLeast(ctx context.Context, key string, limit global.Limit, used int64) error
+	ChargeAtLeast(ctx context.Context, key string, limit fleet.Limit, used int64) error
 	// AllowShard and ChargeShardAtLeast are Allow and ChargeAtLeast on
-	// one of key's shards (global.ShardsOf), a name no user key reaches.
-	AllowShard(ctx context.Context, key string, shard global.Shard, limit global.Limit, n int64) (global.Decision, error)
-	ChargeShardAtLeast(ctx context.Context, key string, shard global.Shard, limit global.Limit, used int64) error
+	// one of key's shards (fleet.ShardsOf), a name no user key reaches.
+	AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (fleet.Decision, error)
+	ChargeShardAtLeast(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, used int64) error
 }
-
-var (
-	_ StrictDecider  = (*global.Redis)(nil)
-	_ ShardDirectory = (*global.Redis)(nil)
-)
 
 // minShare is the floor of a node's demand for an active key, as a part of
 // its equal share of one interval's quota: enough that a node that was idle
@@ -77,7 +72,7 @@ const minShare = 0.01
 // policy is a Policy ready for use.
 type policy struct {
 	Policy
-	limit    global.Limit
+	limit    fleet.Limit
 	capacity int64          // Burst for a token bucket, Limit for a window
 	perSec   float64        // the fleet's quota per second
 	paced    bool           // Hybrid sliding window: leases may be paced (see slidinglease.go)
@@ -113,7 +108,7 @@ type Limiter struct {
 	// local.Limiter alone, not in keys (see localPolicy).
 	localFirst bool
 
-	fleets    []*fleet         // Syncer, then Failover if set
+	fleets    []*link          // Syncer, then Failover if set
 	hot       *sketch.Detector // samples Strict requests to find hot keys; nil if none can be
 	ladder    *partition.Ladder
 	health    health
@@ -180,7 +175,7 @@ func New(cfg Config) (*Limiter, error) {
 			return nil, cfgerr.Wrap(ErrInvalidConfig, fmt.Errorf("hybrid: Config.Policies[%d]: Name %q is used twice", i, p.Name))
 		}
 		pol := &policy{Policy: p, limit: lim, capacity: p.Limit, perSec: float64(p.Limit) / p.Window.Seconds()}
-		pol.paced = p.Mode == Hybrid && lim.Algorithm == global.SlidingWindow
+		pol.paced = p.Mode == Hybrid && lim.Algorithm == fleet.SlidingWindow
 		if p.Algorithm == local.TokenBucket {
 			pol.capacity = p.Burst
 		}

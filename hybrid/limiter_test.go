@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 )
@@ -20,7 +20,7 @@ import (
 // Request and answers with grants from a per-key pool, or with err.
 type scripted struct {
 	mu    sync.Mutex
-	reqs  []global.Request
+	reqs  []fleet.Request
 	pool  map[string]int64 // tokens left to lease, per key
 	nodes int
 	err   error
@@ -36,26 +36,26 @@ func newScripted(pool int64, keys ...string) *scripted {
 	return s
 }
 
-func (s *scripted) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
+func (s *scripted) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cp := *req
-	cp.Keys = append([]global.Usage(nil), req.Keys...)
+	cp.Keys = append([]fleet.Usage(nil), req.Keys...)
 	s.reqs = append(s.reqs, cp)
 	if s.err != nil {
 		return nil, s.err
 	}
-	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys)), Partitioned: s.split}
+	resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys)), Partitioned: s.split}
 	for i, u := range req.Keys {
 		s.taken[u.Key] += u.Consumed
 		g := min(u.Demand, s.pool[u.Key])
 		s.pool[u.Key] -= g
-		resp.Grants[i] = global.Grant{Lease: g, TTL: 2 * req.Interval, Remaining: s.pool[u.Key], Nodes: s.nodes, Weight: 1 / float64(s.nodes)}
+		resp.Grants[i] = fleet.Grant{Lease: g, TTL: 2 * req.Interval, Remaining: s.pool[u.Key], Nodes: s.nodes, Weight: 1 / float64(s.nodes)}
 	}
 	return resp, nil
 }
 
-func (s *scripted) last() global.Usage {
+func (s *scripted) last() fleet.Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.reqs[len(s.reqs)-1]
@@ -100,7 +100,7 @@ func manual(t *testing.T, cfg hybrid.Config) (*hybrid.Limiter, *clock.Manual) {
 }
 
 // stepped is manual with a syncer, a share strategy and policies.
-func stepped(t *testing.T, s global.Syncer, shares global.Shares, policies ...hybrid.Policy) (*hybrid.Limiter, *clock.Manual) {
+func stepped(t *testing.T, s fleet.Syncer, shares fleet.Shares, policies ...hybrid.Policy) (*hybrid.Limiter, *clock.Manual) {
 	t.Helper()
 	return manual(t, hybrid.Config{Syncer: s, Shares: shares, Policies: policies})
 }
@@ -138,7 +138,7 @@ func admit(t *testing.T, l *hybrid.Limiter, key string, n int) int {
 func TestLeaseAccounting(t *testing.T) {
 	t.Parallel()
 	s := newScripted(1_000_000, "k")
-	l, clk := stepped(t, s, global.DemandWeighted)
+	l, clk := stepped(t, s, fleet.DemandWeighted)
 	ctx := context.Background()
 
 	// A new key starts with the starter credit: 1% of one interval's
@@ -154,7 +154,7 @@ func TestLeaseAccounting(t *testing.T) {
 	series := u.Series
 	assert.NotZero(t, series, "reports are idempotent")
 	u.Series = 0 // random
-	assert.Equal(t, global.Usage{Key: "k", Limit: global.Limit{Limit: 1000, Window: time.Second, Burst: 1000}, Consumed: 1, Demand: 30}, u)
+	assert.Equal(t, fleet.Usage{Key: "k", Limit: fleet.Limit{Limit: 1000, Window: time.Second, Burst: 1000}, Consumed: 1, Demand: 30}, u)
 	assert.Equal(t, 30, admit(t, l, "k", 40), "the lease of 30 is the allowance")
 
 	// The next report carries the 30 consumed.
@@ -173,11 +173,11 @@ func TestGrantDuringRoundTrip(t *testing.T) {
 	var l *hybrid.Limiter
 	inner := newScripted(1_000_000, "k")
 	spent := 0
-	s := syncFunc(func(ctx context.Context, req *global.Request) (*global.Response, error) {
+	s := syncFunc(func(ctx context.Context, req *fleet.Request) (*fleet.Response, error) {
 		spent += admit(t, l, "k", 3) // admitted from the old allowance
 		return inner.Sync(ctx, req)
 	})
-	l, clk := stepped(t, s, global.DemandWeighted)
+	l, clk := stepped(t, s, fleet.DemandWeighted)
 	ctx := context.Background()
 	admit(t, l, "k", 100)
 	clk.Advance(100 * time.Millisecond)
@@ -196,9 +196,9 @@ func TestGrantDuringRoundTrip(t *testing.T) {
 	assert.Equal(t, lease, inner.last().Consumed, "3 + (lease - 3): reported once, not twice")
 }
 
-type syncFunc func(context.Context, *global.Request) (*global.Response, error)
+type syncFunc func(context.Context, *fleet.Request) (*fleet.Response, error)
 
-func (f syncFunc) Sync(ctx context.Context, req *global.Request) (*global.Response, error) {
+func (f syncFunc) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, error) {
 	return f(ctx, req)
 }
 
@@ -209,23 +209,23 @@ func TestDemandShares(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		shares  global.Shares
+		shares  fleet.Shares
 		nodes   int
 		offered int // per 100ms interval
 		want    int64
 	}{
 		// 400 offered per interval = 4000/s; *0.1 s *1.5 = 600, up to
 		// the burst of 1000.
-		{"weighted", global.DemandWeighted, 4, 400, 600},
+		{"weighted", fleet.DemandWeighted, 4, 400, 600},
 		// Equal: the first lease may take the node's share of the
 		// burst, 1000/4 = 250; once that is spent it gets its share of
 		// the refill, 1000/s * 0.1 s / 4 nodes = 25 per interval.
-		{"equal", global.Equal, 4, 400, 25},
-		{"equal-under-share", global.Equal, 4, 10, 15},
+		{"equal", fleet.Equal, 4, 400, 25},
+		{"equal-under-share", fleet.Equal, 4, 10, 15},
 		// Idle for an interval: the forecast decays but the floor, 1%
 		// of 100/4 rounded up, stays.
-		{"weighted-idle", global.DemandWeighted, 4, 0, 1},
-		{"weighted-capped-at-burst", global.DemandWeighted, 1, 1000, 1000},
+		{"weighted-idle", fleet.DemandWeighted, 4, 0, 1},
+		{"weighted-capped-at-burst", fleet.DemandWeighted, 1, 1000, 1000},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -258,7 +258,7 @@ func TestDemandShares(t *testing.T) {
 // FailClosed refuses; and all of it is reported once the fleet is back.
 func TestFailModes(t *testing.T) {
 	t.Parallel()
-	unreachable := fmt.Errorf("dial: %w", global.ErrUnreachable)
+	unreachable := fmt.Errorf("dial: %w", fleet.ErrUnreachable)
 	tests := []struct {
 		mode hybrid.FailMode
 		want int // admitted of 100 once the lease has lapsed
@@ -273,7 +273,7 @@ func TestFailModes(t *testing.T) {
 			t.Parallel()
 			s := newScripted(1_000_000, "k")
 			s.set(nil, 4)
-			l, clk := stepped(t, s, global.DemandWeighted,
+			l, clk := stepped(t, s, fleet.DemandWeighted,
 				hybrid.Policy{Name: "api", Limit: 100, Window: time.Second, OnUnreachable: tt.mode})
 			ctx := context.Background()
 			admit(t, l, "k", 1)
@@ -283,7 +283,7 @@ func TestFailModes(t *testing.T) {
 
 			s.set(unreachable, 4)
 			clk.Advance(100 * time.Millisecond)
-			require.ErrorIs(t, l.SyncOnce(ctx), global.ErrUnreachable)
+			require.ErrorIs(t, l.SyncOnce(ctx), fleet.ErrUnreachable)
 			// The lease stands until it lapses: it is spent first.
 			d, err := l.Allow("k")
 			require.NoError(t, err)
@@ -321,7 +321,7 @@ func TestFailModes(t *testing.T) {
 func TestCloseFlushes(t *testing.T) {
 	t.Parallel()
 	s := newScripted(1_000_000, "k")
-	l, clk := stepped(t, s, global.DemandWeighted)
+	l, clk := stepped(t, s, fleet.DemandWeighted)
 	admit(t, l, "k", 100)
 	clk.Advance(100 * time.Millisecond)
 	require.NoError(t, l.SyncOnce(context.Background()))
@@ -436,7 +436,7 @@ func TestLocalMaxKeys(t *testing.T) {
 
 func TestNeverAdmissible(t *testing.T) {
 	t.Parallel()
-	l, _ := stepped(t, newScripted(1_000_000, "k"), global.DemandWeighted)
+	l, _ := stepped(t, newScripted(1_000_000, "k"), fleet.DemandWeighted)
 	d, err := l.AllowN("k", 1001)
 	require.NoError(t, err)
 	assert.Equal(t, hybrid.Never, d.RetryAfter())

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
@@ -30,7 +31,7 @@ import (
 // limit (4-14% measured alone, 15% in CI), as with no master down. Only
 // the dead master's keys follow the FailMode: FailStatic on the ladder,
 // from full shares for its first second to half after. Every node stays Healthy, and its Health counts
-// the dead master's keys, with an error wrapping global.ErrUnreachable.
+// the dead master's keys, with an error wrapping fleet.ErrUnreachable.
 //
 // Before, one failed command failed the whole Sync, and go-redis marked
 // the live masters' replies failed too: every node was cut off, and the
@@ -72,7 +73,7 @@ func masterDown(t *testing.T, stop func(*redistest.Server)) {
 	c := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
 	p := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second}
 	ladder := partition.LadderConfig{Steps: []partition.Step{{Until: time.Second, Factor: 1}, {Factor: 0.5}}}
-	fleet := fleettest.Limiters(t, nodes, func(i int) hybrid.Config {
+	fl := fleettest.Limiters(t, nodes, func(i int) hybrid.Config {
 		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: clusterSyncer(t, c), Interval: 100 * time.Millisecond, Ladder: ladder}
 	})
 	dead := c.Masters[2]
@@ -88,7 +89,7 @@ func masterDown(t *testing.T, stop func(*redistest.Server)) {
 	}
 	// Every node learns the keys, with a grant each, and the slot map.
 	for range 3 {
-		for _, l := range fleet {
+		for _, l := range fl {
 			for _, k := range append(live, lost...) {
 				_, err := l.Allow(k)
 				require.NoError(t, err)
@@ -107,7 +108,7 @@ func masterDown(t *testing.T, stop func(*redistest.Server)) {
 	var wg sync.WaitGroup
 	for _, k := range append(live, lost...) {
 		wg.Go(func() {
-			r := fleettest.Drive(t, fleet, k, rates, run)
+			r := fleettest.Drive(t, fl, k, rates, run)
 			mu.Lock()
 			runs[k] = r
 			mu.Unlock()
@@ -141,18 +142,18 @@ func masterDown(t *testing.T, stop func(*redistest.Server)) {
 		assert.Positive(t, late, "key %s on the dead master: FailStatic admits", k)
 		assert.LessOrEqual(t, late, limit*11/10, "key %s on the dead master: the ladder's half shares for its last 2 s", k)
 	}
-	for i, l := range fleet {
+	for i, l := range fl {
 		h := l.Health()
 		t.Logf("node %d: %+v", i+1, h)
 		assert.Equal(t, partition.Healthy, fleettest.Link(h), "node %d", i+1)
 		assert.Equal(t, len(lost), h.FailingKeys, "node %d: the dead master's keys", i+1)
-		assert.ErrorIs(t, h.KeyError, global.ErrUnreachable, "node %d", i+1)
+		assert.ErrorIs(t, h.KeyError, fleet.ErrUnreachable, "node %d", i+1)
 	}
 }
 
 // partSyncer is a fleet in parts, one of them down: it grants every key
 // what it asks for, but answers the keys starting with down with an error
-// wrapping global.ErrUnreachable, as Redis does for a Cluster master
+// wrapping fleet.ErrUnreachable, as Redis does for a Cluster master
 // that is down while the others answer. It counts the syncs each key
 // was in. Sync loop only.
 type partSyncer struct {
@@ -161,15 +162,15 @@ type partSyncer struct {
 	syncs map[string]int
 }
 
-func (p *partSyncer) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
-	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+func (p *partSyncer) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+	resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
 	for i, u := range req.Keys {
 		p.syncs[u.Key]++
 		if p.cut && strings.HasPrefix(u.Key, p.down) {
-			resp.Grants[i].Err = fmt.Errorf("%w: Redis 127.0.0.1:1: connection refused", global.ErrUnreachable)
+			resp.Grants[i].Err = fmt.Errorf("%w: Redis 127.0.0.1:1: connection refused", fleet.ErrUnreachable)
 			continue
 		}
-		resp.Grants[i] = global.Grant{Lease: u.Demand, TTL: 300 * time.Millisecond, Remaining: u.Limit.Limit - u.Demand, Nodes: 1, Weight: 1}
+		resp.Grants[i] = fleet.Grant{Lease: u.Demand, TTL: 300 * time.Millisecond, Remaining: u.Limit.Limit - u.Demand, Nodes: 1, Weight: 1}
 	}
 	return resp, nil
 }
@@ -177,7 +178,7 @@ func (p *partSyncer) Sync(_ context.Context, req *global.Request) (*global.Respo
 // TestKeyCutOffAlone cuts one key's part of the fleet off while the rest
 // answers: the node stays Healthy, its syncs succeed (so its breaker
 // stays closed), and Health counts the key, with an error wrapping
-// global.ErrUnreachable. The key is synced again only every 10
+// fleet.ErrUnreachable. The key is synced again only every 10
 // Intervals meanwhile, and once its lease lapses it follows FailStatic
 // on the ladder from when it was cut off: half its share after the
 // ladder's first second. The other key keeps its leases. Before, such
@@ -185,8 +186,8 @@ func (p *partSyncer) Sync(_ context.Context, req *global.Request) (*global.Respo
 // ever, and synced every round.
 func TestKeyCutOffAlone(t *testing.T) {
 	t.Parallel()
-	fleet := &partSyncer{down: "lost:", syncs: map[string]int{}}
-	l, clk := manual(t, hybrid.Config{Syncer: fleet, FleetSize: 1,
+	fl := &partSyncer{down: "lost:", syncs: map[string]int{}}
+	l, clk := manual(t, hybrid.Config{Syncer: fl, FleetSize: 1,
 		Ladder: partition.LadderConfig{Steps: []partition.Step{{Until: time.Second, Factor: 1}, {Factor: 0.5}}},
 		Policies: []hybrid.Policy{
 			{Name: "lost", Prefix: "lost:", Limit: 1000, Window: time.Second},
@@ -201,19 +202,19 @@ func TestKeyCutOffAlone(t *testing.T) {
 		clk.Advance(100 * time.Millisecond)
 		require.NoError(t, l.SyncOnce(ctx))
 	}
-	fleet.cut = true
-	clear(fleet.syncs)
+	fl.cut = true
+	clear(fl.syncs)
 	for range 20 { // 2 s
 		clk.Advance(100 * time.Millisecond)
 		require.NoError(t, l.SyncOnce(ctx), "the rest of the fleet answers")
 		h := l.Health()
 		require.Equal(t, partition.Healthy, h.Level)
 		require.Equal(t, 1, h.FailingKeys)
-		require.ErrorIs(t, h.KeyError, global.ErrUnreachable)
+		require.ErrorIs(t, h.KeyError, fleet.ErrUnreachable)
 	}
-	assert.Equal(t, 20, fleet.syncs["fine:k"], "the other key is synced every round")
-	assert.LessOrEqual(t, fleet.syncs["lost:k"], 3, "the cut key, every 10 Intervals")
-	assert.Positive(t, fleet.syncs["lost:k"], "the cut key is probed")
+	assert.Equal(t, 20, fl.syncs["fine:k"], "the other key is synced every round")
+	assert.LessOrEqual(t, fl.syncs["lost:k"], 3, "the cut key, every 10 Intervals")
+	assert.Positive(t, fl.syncs["lost:k"], "the cut key is probed")
 
 	n, degraded := offerN(t, l, "lost:k", 1000)
 	assert.True(t, degraded, "the cut key follows its FailMode")
@@ -221,7 +222,7 @@ func TestKeyCutOffAlone(t *testing.T) {
 	_, degraded = offerN(t, l, "fine:k", 10)
 	assert.False(t, degraded, "the other key is served from its lease")
 
-	fleet.cut = false
+	fl.cut = false
 	for range 11 {
 		clk.Advance(100 * time.Millisecond)
 		require.NoError(t, l.SyncOnce(ctx))

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -85,7 +85,7 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 		l.hot.Observe(k.key)
 	}
 	ctx, cancel := context.WithTimeout(parent, l.cfg.StrictTimeout)
-	var g global.Decision
+	var g fleet.Decision
 	var err error
 	set := k.shards.Load()
 	if set != nil && l.now() < k.shardUntil.Load() {
@@ -132,7 +132,7 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 			d.retryAfter = l.retryAfter(now)
 		}
 		return d, nil
-	case errors.Is(err, global.ErrInvalid) || errors.Is(err, global.ErrCorrupt):
+	case errors.Is(err, fleet.ErrInvalid) || errors.Is(err, fleet.ErrCorrupt):
 		// The store answered but not for this key: it follows the
 		// FailMode like an outage, and Health counts it.
 		l.keyFailed(k, err)
@@ -159,8 +159,8 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 // taken so too: the breaker opens that much later, and each key is
 // tried again two Intervals on. A Strict key holds no lease, so k.until
 // says until when the store is not called for it.
-func (l *Limiter) strictCut(f *fleet, k *keyState, now int64, err error) bool {
-	if !errors.Is(err, global.ErrUnreachable) || l.wall(now).UnixNano()-f.okAt.Load() > 2*int64(l.cfg.Interval) {
+func (l *Limiter) strictCut(f *link, k *keyState, now int64, err error) bool {
+	if !errors.Is(err, fleet.ErrUnreachable) || l.wall(now).UnixNano()-f.okAt.Load() > 2*int64(l.cfg.Interval) {
 		return false
 	}
 	k.until.Store(now + 2*int64(l.cfg.Interval))

@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
-var errDown = fmt.Errorf("dial tcp: connection refused: %w", global.ErrUnreachable)
+var errDown = fmt.Errorf("dial tcp: connection refused: %w", fleet.ErrUnreachable)
 
 // offer steps the clock through d in 10 ms steps, offering perStep
 // requests for key at each and syncing every 100 ms, and returns what was
@@ -114,14 +114,14 @@ func TestBreaker(t *testing.T) {
 	s.set(errDown, 1)
 	for range 3 {
 		clk.Advance(100 * time.Millisecond)
-		require.ErrorIs(t, l.SyncOnce(ctx), global.ErrUnreachable)
+		require.ErrorIs(t, l.SyncOnce(ctx), fleet.ErrUnreachable)
 	}
 	assert.Equal(t, calls+3, s.calls(), "three failures")
 	for range 9 {
 		clk.Advance(100 * time.Millisecond)
 		total += admit(t, l, "k", 1)
 		err := l.SyncOnce(ctx)
-		require.ErrorIs(t, err, global.ErrUnreachable)
+		require.ErrorIs(t, err, fleet.ErrUnreachable)
 		assert.Contains(t, err.Error(), "circuit breaker is open")
 	}
 	assert.Equal(t, calls+3, s.calls(), "not called while open")
@@ -226,9 +226,9 @@ type strictDown struct {
 	calls atomic.Int64
 }
 
-func (s *strictDown) Allow(context.Context, string, global.Limit, int64) (global.Decision, error) {
+func (s *strictDown) Allow(context.Context, string, fleet.Limit, int64) (fleet.Decision, error) {
 	s.calls.Add(1)
-	return global.Decision{}, errDown
+	return fleet.Decision{}, errDown
 }
 
 // TestStrictFailStatic checks that Strict decisions fall back to a local

@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -117,33 +117,33 @@ type Policy struct {
 
 // checkPolicy validates p, the i'th policy, naming the field at fault, and
 // returns its fleet-wide limit.
-func checkPolicy(i int, p *Policy, syncer global.Syncer) (global.Limit, error) {
+func checkPolicy(i int, p *Policy, syncer fleet.Syncer) (fleet.Limit, error) {
 	at := fmt.Sprintf("hybrid: Config.Policies[%d]", i)
 	if p.Name != "" {
 		at += fmt.Sprintf(" (%q)", p.Name)
 	}
 	if p.Name == "" {
-		return global.Limit{}, fmt.Errorf("%s: Name is empty; every policy needs a name", at)
+		return fleet.Limit{}, fmt.Errorf("%s: Name is empty; every policy needs a name", at)
 	}
 	if p.Mode < Hybrid || p.Mode > Strict {
-		return global.Limit{}, fmt.Errorf("%s: Mode %d is not a known mode", at, int(p.Mode))
+		return fleet.Limit{}, fmt.Errorf("%s: Mode %d is not a known mode", at, int(p.Mode))
 	}
 	if p.OnUnreachable < FailStatic || p.OnUnreachable > FailClosed {
-		return global.Limit{}, fmt.Errorf("%s: OnUnreachable %d is not a known fail mode", at, int(p.OnUnreachable))
+		return fleet.Limit{}, fmt.Errorf("%s: OnUnreachable %d is not a known fail mode", at, int(p.OnUnreachable))
 	}
 	if p.Algorithm < local.TokenBucket || p.Algorithm > local.SlidingLog {
-		return global.Limit{}, fmt.Errorf("%s: Algorithm %d is not a known algorithm", at, int(p.Algorithm))
+		return fleet.Limit{}, fmt.Errorf("%s: Algorithm %d is not a known algorithm", at, int(p.Algorithm))
 	}
 	if p.Rate != 0 {
 		switch {
 		case p.Algorithm != local.TokenBucket:
-			return global.Limit{}, fmt.Errorf("%s: Rate is for TokenBucket; %v takes Limit and Window", at, p.Algorithm)
+			return fleet.Limit{}, fmt.Errorf("%s: Rate is for TokenBucket; %v takes Limit and Window", at, p.Algorithm)
 		case p.Limit != 0 || p.Window != 0:
-			return global.Limit{}, fmt.Errorf("%s: Rate is set, so Limit and Window must be zero", at)
+			return fleet.Limit{}, fmt.Errorf("%s: Rate is set, so Limit and Window must be zero", at)
 		case math.IsNaN(p.Rate) || math.IsInf(p.Rate, 0) || p.Rate < 1e-6 || p.Rate > 1e9:
-			return global.Limit{}, fmt.Errorf("%s: Rate is %v; it must be between 1e-6 and 1e9 tokens per second", at, p.Rate)
+			return fleet.Limit{}, fmt.Errorf("%s: Rate is %v; it must be between 1e-6 and 1e9 tokens per second", at, p.Rate)
 		case p.Burst < 1:
-			return global.Limit{}, fmt.Errorf("%s: Burst is %d; it must be at least 1 when Rate is set", at, p.Burst)
+			return fleet.Limit{}, fmt.Errorf("%s: Burst is %d; it must be at least 1 when Rate is set", at, p.Burst)
 		}
 		// A millisecond-grained limit keeps three significant digits of
 		// a fractional rate and stays within global's one-millisecond
@@ -156,43 +156,43 @@ func checkPolicy(i int, p *Policy, syncer global.Syncer) (global.Limit, error) {
 	}
 	switch {
 	case p.Limit < 1:
-		return global.Limit{}, fmt.Errorf("%s: Limit is %d; it must be at least 1", at, p.Limit)
+		return fleet.Limit{}, fmt.Errorf("%s: Limit is %d; it must be at least 1", at, p.Limit)
 	case p.Window <= 0:
-		return global.Limit{}, fmt.Errorf("%s: Window is %v; it must be positive", at, p.Window)
+		return fleet.Limit{}, fmt.Errorf("%s: Window is %v; it must be positive", at, p.Window)
 	case p.Burst < 0:
-		return global.Limit{}, fmt.Errorf("%s: Burst is %d; it must not be negative", at, p.Burst)
+		return fleet.Limit{}, fmt.Errorf("%s: Burst is %d; it must not be negative", at, p.Burst)
 	}
 	burstField := "Burst"
 	if p.Burst == 0 {
 		p.Burst, burstField = p.Limit, "Limit" // the capacity the user set
 	}
 	if p.Mode == Local {
-		return global.Limit{}, nil
+		return fleet.Limit{}, nil
 	}
-	var alg global.Algorithm
+	var alg fleet.Algorithm
 	switch p.Algorithm {
 	case local.TokenBucket:
-		alg = global.TokenBucket
+		alg = fleet.TokenBucket
 	case local.SlidingWindow:
-		alg = global.SlidingWindow
+		alg = fleet.SlidingWindow
 	default:
-		return global.Limit{}, fmt.Errorf("%s: Algorithm %v is local only; a %v policy takes TokenBucket or SlidingWindow", at, p.Algorithm, p.Mode)
+		return fleet.Limit{}, fmt.Errorf("%s: Algorithm %v is local only; a %v policy takes TokenBucket or SlidingWindow", at, p.Algorithm, p.Mode)
 	}
 	if p.Window < time.Millisecond {
-		return global.Limit{}, fmt.Errorf("%s: Window is %v; a %v policy needs at least 1ms", at, p.Window, p.Mode)
+		return fleet.Limit{}, fmt.Errorf("%s: Window is %v; a %v policy needs at least 1ms", at, p.Window, p.Mode)
 	}
 	if p.Burst > maxAllowance {
-		return global.Limit{}, fmt.Errorf("%s: %s is %d; a %v policy's capacity is at most %d", at, burstField, p.Burst, p.Mode, int64(maxAllowance))
+		return fleet.Limit{}, fmt.Errorf("%s: %s is %d; a %v policy's capacity is at most %d", at, burstField, p.Burst, p.Mode, int64(maxAllowance))
 	}
 	if syncer == nil {
-		return global.Limit{}, fmt.Errorf("%s: Mode %v needs Config.Syncer", at, p.Mode)
+		return fleet.Limit{}, fmt.Errorf("%s: Mode %v needs Config.Syncer", at, p.Mode)
 	}
 	if _, ok := syncer.(StrictDecider); p.Mode == Strict && !ok {
-		return global.Limit{}, fmt.Errorf("%s: Mode Strict needs a Config.Syncer that implements StrictDecider (global.Redis does); %T does not", at, syncer)
+		return fleet.Limit{}, fmt.Errorf("%s: Mode Strict needs a Config.Syncer that implements StrictDecider (global.Redis does); %T does not", at, syncer)
 	}
-	lim := global.Limit{Algorithm: alg, Limit: p.Limit, Window: p.Window, Burst: p.Burst}
+	lim := fleet.Limit{Algorithm: alg, Limit: p.Limit, Window: p.Window, Burst: p.Burst}
 	if err := lim.Validate(); err != nil {
-		return global.Limit{}, fmt.Errorf("%s: %w", at, err)
+		return fleet.Limit{}, fmt.Errorf("%s: %w", at, err)
 	}
 	return lim, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
@@ -26,7 +27,7 @@ func redisSyncer(tb testing.TB, s *redistest.Server) *global.Redis {
 }
 
 // fleet starts n Limiters, each with its own Redis client, sharing s.
-func fleet(t *testing.T, s *redistest.Server, n int, shares global.Shares, p hybrid.Policy) []*hybrid.Limiter {
+func redisFleet(t *testing.T, s *redistest.Server, n int, shares fleet.Shares, p hybrid.Policy) []*hybrid.Limiter {
 	t.Helper()
 	return fleettest.Limiters(t, n, func(int) hybrid.Config {
 		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: redisSyncer(t, s), Shares: shares, Interval: 100 * time.Millisecond}
@@ -50,16 +51,16 @@ func TestFleetAccuracy(t *testing.T) {
 		name   string
 		policy hybrid.Policy
 		burst  int // what the policy may admit at once beyond its rate
-		shares global.Shares
+		shares fleet.Shares
 		rates  []float64 // offered per node, per second
 		// minIdeal is the least part of the ideal limiter's admissions
 		// the fleet must reach; 0 only reports it.
 		minIdeal float64
 	}{
-		{"uniform/demandweighted", bucket, limit, global.DemandWeighted, []float64{500, 500, 500, 500}, 0.95},
-		{"uniform/equal", bucket, limit, global.Equal, []float64{500, 500, 500, 500}, 0.95},
-		{"skewed/demandweighted", bucket, limit, global.DemandWeighted, []float64{1600, 400.0 / 3, 400.0 / 3, 400.0 / 3}, 0.95},
-		{"skewed/equal", bucket, limit, global.Equal, []float64{1600, 400.0 / 3, 400.0 / 3, 400.0 / 3}, 0},
+		{"uniform/demandweighted", bucket, limit, fleet.DemandWeighted, []float64{500, 500, 500, 500}, 0.95},
+		{"uniform/equal", bucket, limit, fleet.Equal, []float64{500, 500, 500, 500}, 0.95},
+		{"skewed/demandweighted", bucket, limit, fleet.DemandWeighted, []float64{1600, 400.0 / 3, 400.0 / 3, 400.0 / 3}, 0.95},
+		{"skewed/equal", bucket, limit, fleet.Equal, []float64{1600, 400.0 / 3, 400.0 / 3, 400.0 / 3}, 0},
 		// A lease lapses at a window's edge; what the previous window
 		// frees until then comes paced (hybrid/slidinglease.go). Under
 		// -race on 2 shared cores, against the ideal in the store's
@@ -69,15 +70,15 @@ func TestFleetAccuracy(t *testing.T) {
 		// the token buckets' rows fell to 83-90% too). The simulator
 		// has 99.95% and 99.74% (sim TestOneNodeIsIdeal,
 		// docs/tuning.md).
-		{"uniform/slidingwindow", sliding, 0, global.DemandWeighted, []float64{500, 500, 500, 500}, 0.96},
-		{"one/slidingwindow", sliding, 0, global.DemandWeighted, []float64{2000}, 0.96},
+		{"uniform/slidingwindow", sliding, 0, fleet.DemandWeighted, []float64{500, 500, 500, 500}, 0.96},
+		{"one/slidingwindow", sliding, 0, fleet.DemandWeighted, []float64{2000}, 0.96},
 	}
 	srv := redistest.StartServer(t)
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			key := fmt.Sprintf("acc:%d", i)
-			nodes := fleet(t, srv, len(tt.rates), tt.shares, tt.policy)
+			nodes := redisFleet(t, srv, len(tt.rates), tt.shares, tt.policy)
 			r := fleettest.Drive(t, nodes, key, tt.rates, run)
 			ideal := r.Ideal(t, tt.policy)
 			peak := r.MaxInWindow(window)

@@ -6,13 +6,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/sketch"
 )
 
 // A hot Strict key is split into shards in Redis: Config.HotKeyShards
 // parts whose hash tags spread over the Cluster's slots
-// (global.ShardsOf), each holding its part of the limit, so that a hot
+// (fleet.ShardsOf), each holding its part of the limit, so that a hot
 // key's round trips spread over every master instead of queueing on the
 // one that owns it. Decisions go round-robin over the shards, which
 // spends them evenly, and a refused one tries the next shard before
@@ -35,8 +35,8 @@ import (
 // key shows the largest), so neither the split nor the merge hands out a
 // fresh bucket, however many nodes take part.
 type shardSet struct {
-	keys      []global.Shard // the key's shards in the store
-	limit     global.Limit   // each shard's: the policy's, divided
+	keys      []fleet.Shard  // the key's shards in the store
+	limit     fleet.Limit    // each shard's: the policy's, divided
 	capacity  int64          // each shard's Burst or Limit
 	remaining []atomic.Int64 // each shard's remaining at its last decision
 	seen      []atomic.Int64 // when, on the Limiter's clock
@@ -53,10 +53,10 @@ const minShardedIntervals = 10
 
 // splitLimit is each of n shards' part of limit, and its capacity (its
 // Burst, or its Limit for a sliding window). A part is never below one.
-func splitLimit(limit global.Limit, n int) (per global.Limit, capacity int64) {
+func splitLimit(limit fleet.Limit, n int) (per fleet.Limit, capacity int64) {
 	per = limit
 	per.Limit = max(1, limit.Limit/int64(n))
-	if limit.Algorithm != global.TokenBucket {
+	if limit.Algorithm != fleet.TokenBucket {
 		return per, per.Limit
 	}
 	burst := limit.Burst
@@ -70,15 +70,15 @@ func splitLimit(limit global.Limit, n int) (per global.Limit, capacity int64) {
 // divisible reports whether a node may split limit into n shards itself:
 // each must hold at least minShardTokens. A node told by the fleet's mark
 // to use shards does so whatever this says.
-func divisible(limit global.Limit, n int) bool {
+func divisible(limit fleet.Limit, n int) bool {
 	per, capacity := splitLimit(limit, n)
 	return per.Limit >= minShardTokens && capacity >= minShardTokens
 }
 
 // newShardSet divides limit over n shards of key.
-func newShardSet(key string, limit global.Limit, n int) *shardSet {
+func newShardSet(key string, limit fleet.Limit, n int) *shardSet {
 	per, capacity := splitLimit(limit, n)
-	set := &shardSet{keys: global.ShardsOf(key, n), limit: per, capacity: capacity,
+	set := &shardSet{keys: fleet.ShardsOf(key, n), limit: per, capacity: capacity,
 		remaining: make([]atomic.Int64, n), seen: make([]atomic.Int64, n)}
 	for i := range set.remaining {
 		set.remaining[i].Store(capacity)
@@ -108,7 +108,7 @@ func (set *shardSet) used(now int64) int64 {
 // hot nodes renew it every interval, and a mark lost with a Redis
 // restart, or renewed with another shard count, is noticed within that
 // time, not after the whole mark.
-func (k *keyState) adopt(g global.Decision, now int64, interval time.Duration) *shardSet {
+func (k *keyState) adopt(g fleet.Decision, now int64, interval time.Duration) *shardSet {
 	k.shardUntil.Store(now + int64(min(g.ShardedFor, interval*3/2)))
 	if set := k.shards.Load(); set != nil && len(set.keys) == g.Shards {
 		return set
@@ -126,10 +126,10 @@ func (set *shardSet) saw(i int, remaining, now int64) {
 
 // decideSharded decides a Strict request on a sharded key: the next shard
 // in turn, then the one after if that refused.
-func (l *Limiter) decideSharded(ctx context.Context, k *keyState, set *shardSet, n int64) (global.Decision, error) {
+func (l *Limiter) decideSharded(ctx context.Context, k *keyState, set *shardSet, n int64) (fleet.Decision, error) {
 	st := l.dir
 	if st == nil {
-		return global.Decision{}, fmt.Errorf("hybrid: Config.Syncer split key %q into shards, but %T is no ShardDirectory", k.key, l.cfg.Syncer)
+		return fleet.Decision{}, fmt.Errorf("hybrid: Config.Syncer split key %q into shards, but %T is no ShardDirectory", k.key, l.cfg.Syncer)
 	}
 	i := int(set.next.Add(1) % uint32(len(set.keys)))
 	g, err := st.AllowShard(ctx, k.key, set.keys[i], set.limit, n)
@@ -218,14 +218,14 @@ func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 			l.chargeShards(ctx, k.key, set, spent)
 			k.shards.Store(set)
 		}
-		k.adopt(global.Decision{Shards: n, ShardedFor: ttl}, now, l.cfg.Interval)
+		k.adopt(fleet.Decision{Shards: n, ShardedFor: ttl}, now, l.cfg.Interval)
 		l.list(k)
 	}
 }
 
 // peek asks k's own Redis key how it stands, deciding nothing: what it
 // has left, or the fleet's mark if the key is split.
-func (l *Limiter) peek(ctx context.Context, k *keyState) (global.Decision, error) {
+func (l *Limiter) peek(ctx context.Context, k *keyState) (fleet.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
 	defer cancel()
 	return l.strict.Allow(ctx, k.key, k.pol.limit, 0)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
@@ -56,15 +57,15 @@ func (s *bucketStore) MarkShards(_ context.Context, key string, shards int, ttl 
 	return shards, nil
 }
 
-func (s *bucketStore) ChargeShardAtLeast(ctx context.Context, key string, sh global.Shard, lim global.Limit, used int64) error {
+func (s *bucketStore) ChargeShardAtLeast(ctx context.Context, key string, sh fleet.Shard, lim fleet.Limit, used int64) error {
 	return s.ChargeAtLeast(ctx, key+sh.String(), lim, used)
 }
 
-func (s *bucketStore) AllowShard(ctx context.Context, key string, sh global.Shard, lim global.Limit, n int64) (global.Decision, error) {
+func (s *bucketStore) AllowShard(ctx context.Context, key string, sh fleet.Shard, lim fleet.Limit, n int64) (fleet.Decision, error) {
 	return s.Allow(ctx, key+sh.String(), lim, n)
 }
 
-func (s *bucketStore) ChargeAtLeast(_ context.Context, key string, lim global.Limit, used int64) error {
+func (s *bucketStore) ChargeAtLeast(_ context.Context, key string, lim fleet.Limit, used int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, err := s.bucket(key, lim)
@@ -82,22 +83,22 @@ func (s *bucketStore) ChargeAtLeast(_ context.Context, key string, lim global.Li
 	return err
 }
 
-func (s *bucketStore) Allow(_ context.Context, key string, lim global.Limit, n int64) (global.Decision, error) {
+func (s *bucketStore) Allow(_ context.Context, key string, lim fleet.Limit, n int64) (fleet.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m, ok := s.marks[key]; ok && s.clk.Now().Before(m.until) {
-		return global.Decision{Shards: m.shards, ShardedFor: m.until.Sub(s.clk.Now())}, nil
+		return fleet.Decision{Shards: m.shards, ShardedFor: m.until.Sub(s.clk.Now())}, nil
 	}
 	l, err := s.bucket(key, lim)
 	if err != nil {
-		return global.Decision{}, err
+		return fleet.Decision{}, err
 	}
 	s.calls[key]++
 	r, err := l.AllowN(key, int(n))
-	return global.Decision{Allowed: r.Allowed(), Remaining: r.Remaining, RetryAfter: r.RetryAfter}, err
+	return fleet.Decision{Allowed: r.Allowed(), Remaining: r.Remaining, RetryAfter: r.RetryAfter}, err
 }
 
-func (s *bucketStore) bucket(key string, lim global.Limit) (*local.Limiter, error) {
+func (s *bucketStore) bucket(key string, lim fleet.Limit) (*local.Limiter, error) {
 	l := s.lims[key]
 	if l == nil {
 		var err error
@@ -282,9 +283,9 @@ func TestStrictShardsFleetWide(t *testing.T) {
 	// A loaded machine may not have spent it all: what the shards still
 	// hold may be admitted on top of the rate.
 	r := redisSyncer(t, s)
-	per := global.Limit{Limit: limit / hybrid.DefaultHotKeyShards, Window: time.Second}
+	per := fleet.Limit{Limit: limit / hybrid.DefaultHotKeyShards, Window: time.Second}
 	left := int64(0)
-	for _, sh := range global.ShardsOf("tenant", hybrid.DefaultHotKeyShards) {
+	for _, sh := range fleet.ShardsOf("tenant", hybrid.DefaultHotKeyShards) {
 		d, err := r.AllowShard(context.Background(), "tenant", sh, per, 0)
 		require.NoError(t, err)
 		left += d.Remaining

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // A sliding window's lease is counted in the window it is granted in: it
@@ -18,7 +18,7 @@ import (
 // lapses (see leaseEdge): one node alone admitted about 94% of an ideal
 // limiter (sim TestOneNodeIsIdeal; real Redis the same in
 // TestFleetAccuracy). So the store also leases ahead what frees until
-// the node's next sync (global.Grant.Paced), counted in the window at
+// the node's next sync (fleet.Grant.Paced), counted in the window at
 // once, and the node releases it evenly over Grant.PacedFor: at every
 // moment the node has spent at most what the window's estimate lets the
 // fleet admit then.
@@ -147,7 +147,7 @@ func (k *keyState) grantPaced(raw uint32, lease, paced int64, pacedFor time.Dura
 // stripes, and a key leased from shards sums several stores' grants;
 // both take unpaced leases).
 func (k *keyState) paced() bool {
-	return k.pol.limit.Algorithm == global.SlidingWindow && k.stripes.Load() == nil && k.lshards == nil
+	return k.pol.limit.Algorithm == fleet.SlidingWindow && k.stripes.Load() == nil && k.lshards == nil
 }
 
 // endPace drops from k's word what its pace has not released by now, and
@@ -176,7 +176,7 @@ func (k *keyState) endPace(now int64) {
 // when k cannot pace (it did not ask, or is striped since), or when the
 // ladder cuts the lease (cut) or the node is closing; never more than a
 // word holds.
-func (k *keyState) pacedOf(g *global.Grant, lease int64, cut bool) int64 {
+func (k *keyState) pacedOf(g *fleet.Grant, lease int64, cut bool) int64 {
 	if cut || !k.pol.paced || k.stripes.Load() != nil || g.PacedFor <= 0 {
 		return 0
 	}
@@ -194,8 +194,8 @@ func (k *keyState) pacedOf(g *global.Grant, lease int64, cut bool) int64 {
 // a paced lease, spent up to the edge, ran a reply's latency into the
 // next window (real Redis under -race: up to 12 over a limit of 1,000 in
 // an aligned window). A token bucket's lease has no edge.
-func (l *Limiter) leaseEdge(p *policy, sent, lease int64, g *global.Grant) int64 {
-	if p.limit.Algorithm != global.SlidingWindow || lease == 0 || g.ResetAfter <= 0 {
+func (l *Limiter) leaseEdge(p *policy, sent, lease int64, g *fleet.Grant) int64 {
+	if p.limit.Algorithm != fleet.SlidingWindow || lease == 0 || g.ResetAfter <= 0 {
 		return math.MaxInt64
 	}
 	return sent + int64(g.ResetAfter-p.Window)

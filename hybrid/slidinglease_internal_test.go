@@ -8,12 +8,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // pacedKey is a Hybrid sliding window key, as the hot path sees it.
 func pacedKey() *keyState {
-	return &keyState{pol: &policy{paced: true, limit: global.Limit{Algorithm: global.SlidingWindow, Limit: 1000, Window: time.Second}}}
+	return &keyState{pol: &policy{paced: true, limit: fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: time.Second}}}
 }
 
 // takeAll takes one at a time at now until the key refuses, and returns

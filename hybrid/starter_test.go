@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -25,7 +25,7 @@ func TestNewKeyFirstBurst(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	p := hybrid.Policy{Name: "api", Limit: 60, Window: time.Second}
-	nodes := fleet(t, s, 6, global.DemandWeighted, p)
+	nodes := redisFleet(t, s, 6, fleet.DemandWeighted, p)
 	// The fleet is running: every node syncs a key the others share, and
 	// so learns the fleet's size.
 	require.Eventually(t, func() bool {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // StrictCharger counts in the fleet's store requests a node admitted for
@@ -14,10 +14,8 @@ type StrictCharger interface {
 	// the store has left, but never beyond an empty bucket, in one round
 	// trip; a charge of 0 changes nothing. It returns one error per
 	// charge (that key's), or an error for the whole call.
-	Charge(ctx context.Context, charges []global.StrictCharge) ([]error, error)
+	Charge(ctx context.Context, charges []fleet.StrictCharge) ([]error, error)
 }
-
-var _ StrictCharger = (*global.Redis)(nil)
 
 // What a Strict key admits while the store cannot be reached (FailStatic
 // or FailOpen) is counted in keyState.extra, as a Hybrid key's degraded
@@ -89,12 +87,12 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 				if int64(j) < rest {
 					c++
 				}
-				s.charges = append(s.charges, global.StrictCharge{Key: k.key, Shard: sh, Limit: set.limit, N: c})
+				s.charges = append(s.charges, fleet.StrictCharge{Key: k.key, Shard: sh, Limit: set.limit, N: c})
 				s.chargeOf = append(s.chargeOf, i)
 			}
 			continue
 		}
-		s.charges = append(s.charges, global.StrictCharge{Key: k.key, Limit: k.pol.limit, N: n})
+		s.charges = append(s.charges, fleet.StrictCharge{Key: k.key, Limit: k.pol.limit, N: n})
 		s.chargeOf = append(s.chargeOf, i)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -87,5 +87,5 @@ func TestStrictKeysOnDeadMaster(t *testing.T) {
 	assert.LessOrEqual(t, degraded.Load(), decided.Load()/100, "the live masters' keys are decided by the store")
 	assert.Equal(t, partition.Healthy, fleettest.Link(h))
 	assert.Equal(t, 2, h.FailingKeys, "the dead master's keys")
-	assert.ErrorIs(t, h.KeyError, global.ErrUnreachable)
+	assert.ErrorIs(t, h.KeyError, fleet.ErrUnreachable)
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/faultnet"
@@ -98,13 +98,13 @@ type downStrict struct {
 	down bool
 }
 
-func (s *downStrict) Allow(context.Context, string, global.Limit, int64) (global.Decision, error) {
+func (s *downStrict) Allow(context.Context, string, fleet.Limit, int64) (fleet.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
-		return global.Decision{}, errDown
+		return fleet.Decision{}, errDown
 	}
-	return global.Decision{Allowed: true, Remaining: 1}, nil
+	return fleet.Decision{Allowed: true, Remaining: 1}, nil
 }
 
 // TestStrictNoChargerForgets: with a StrictDecider that is not a

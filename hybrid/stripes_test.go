@@ -11,14 +11,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 )
 
 // hotLimiter is a Limiter on a manual clock that stripes keys offered
 // 1,000 requests per second or more over 4 stripes (or never, if stripes
 // is 1).
-func hotLimiter(t *testing.T, s global.Syncer, stripes int) (*hybrid.Limiter, func(time.Duration)) {
+func hotLimiter(t *testing.T, s fleet.Syncer, stripes int) (*hybrid.Limiter, func(time.Duration)) {
 	t.Helper()
 	l, clk := manual(t, hybrid.Config{Syncer: s, HotKeyRate: 1000, HotKeyStripes: stripes,
 		Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}})

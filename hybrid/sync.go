@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // syncState is the sync loop's scratch space, reused across syncs under
@@ -25,7 +25,7 @@ type syncState struct {
 	consumed  []int64     // callLeases: each batch key's unreported consumption
 	owed      []*keyState // Strict keys with admissions to charge to the store
 	probe     *keyState   // a Strict key, to probe the store's breaker with
-	charges   []global.StrictCharge
+	charges   []fleet.StrictCharge
 	chargeOf  []int    // the owed key each charge is for
 	spentAt   []int64  // each owed key's extra when its charge was sent
 	targets   []target // callLeases: what each Usage of a request is for
@@ -142,7 +142,7 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 		order = [2]int{1, 0}
 	}
 	var errs []error
-	var chosen *global.Response
+	var chosen *fleet.Response
 	for _, i := range order[:len(l.fleets)] {
 		f := l.fleets[i]
 		if !f.allow(l.wall(now), how != early) {
@@ -157,7 +157,7 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 		sent := l.wall(start)
 		f.answered = chosen != nil
 		resp, err := l.call(ctx, f, i, batch, s.marks)
-		if err != nil && s.cutOnly && errors.Is(err, global.ErrUnreachable) {
+		if err != nil && s.cutOnly && errors.Is(err, fleet.ErrUnreachable) {
 			resp, err = cutResponse(len(batch), err), nil // see syncCut
 		} else {
 			f.result(sent, err)
@@ -226,13 +226,13 @@ func (l *Limiter) wall(t int64) time.Time { return l.epoch.Add(time.Duration(t))
 // settle installs one key's grant, capped by factor: the ladder's, when
 // the grant comes from one side of a split. now is when it arrived, sent
 // when its call was sent.
-func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *global.Grant, closing bool, factor float64) {
+func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, closing bool, factor float64) {
 	k.early.Store(false)
 	elapsed := min(now-k.lastSync, 2*int64(l.cfg.Interval))
 	k.lastSync = now
 	if g.Err != nil {
 		if !errors.Is(g.Err, errUnsettled) {
-			if errors.Is(g.Err, global.ErrUnreachable) {
+			if errors.Is(g.Err, fleet.ErrUnreachable) {
 				l.keyCut(k, now) // its part of the fleet is down: see keyCut
 			} else if !k.hasGrant.Load() {
 				// The starter credit was lent against a grant the

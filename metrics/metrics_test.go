@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/metrics"
@@ -20,10 +20,10 @@ import (
 // generous is a fleet in memory that grants every node what it asks.
 type generous struct{}
 
-func (generous) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
-	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+func (generous) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+	resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
 	for i, u := range req.Keys {
-		resp.Grants[i] = global.Grant{Lease: u.Demand, TTL: 2 * req.Interval, Remaining: 1 << 30, Nodes: 1, Weight: 1}
+		resp.Grants[i] = fleet.Grant{Lease: u.Demand, TTL: 2 * req.Interval, Remaining: 1 << 30, Nodes: 1, Weight: 1}
 	}
 	return resp, nil
 }
@@ -102,18 +102,18 @@ func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // some other node: a decision on the key itself is told to use them.
 type splitStore struct{ generous }
 
-func (splitStore) Allow(_ context.Context, key string, _ global.Limit, _ int64) (global.Decision, error) {
+func (splitStore) Allow(_ context.Context, key string, _ fleet.Limit, _ int64) (fleet.Decision, error) {
 	if !strings.Contains(key, "#") {
-		return global.Decision{Shards: 4, ShardedFor: time.Minute}, nil
+		return fleet.Decision{Shards: 4, ShardedFor: time.Minute}, nil
 	}
-	return global.Decision{Allowed: true, Remaining: 10}, nil
+	return fleet.Decision{Allowed: true, Remaining: 10}, nil
 }
 
 func (splitStore) MarkShards(context.Context, string, int, time.Duration) (int, error) {
 	return 4, nil
 }
 
-func (splitStore) ChargeAtLeast(context.Context, string, global.Limit, int64) error { return nil }
+func (splitStore) ChargeAtLeast(context.Context, string, fleet.Limit, int64) error { return nil }
 
 // TestCollectorShards checks that a Strict key this node follows onto its
 // Redis shards is reported with their count.
@@ -139,10 +139,10 @@ hybridlimit_hot_key_shards{key="tenant-big"} 4
 // refusing is a fleet that answers every key with an error of its own.
 type refusing struct{}
 
-func (refusing) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
-	resp := &global.Response{Grants: make([]global.Grant, len(req.Keys))}
+func (refusing) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+	resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
 	for i := range req.Keys {
-		resp.Grants[i].Err = fmt.Errorf("%w: WRONGTYPE", global.ErrInvalid)
+		resp.Grants[i].Err = fmt.Errorf("%w: WRONGTYPE", fleet.ErrInvalid)
 	}
 	return resp, nil
 }

@@ -136,7 +136,7 @@ type Health struct {
 	FailingKeys int
 	// KeyError is the last error the fleet answered a key with, nil if
 	// none has been since the Limiter started. For a partial outage it
-	// wraps the error of an unreachable fleet (global.ErrUnreachable).
+	// wraps the error of an unreachable fleet (fleet.ErrUnreachable).
 	KeyError error
 	// Late is how late the node's sync loop runs: how late its last
 	// regular sync started, or how overdue the next is, whichever is

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -39,8 +39,8 @@ type Config struct {
 	Interval time.Duration
 
 	// Shares is how nodes split a key's quota. Default
-	// global.DemandWeighted.
-	Shares global.Shares
+	// fleet.DemandWeighted.
+	Shares fleet.Shares
 
 	// RTT is the round trip from a node to the store and back. Default
 	// 1ms.
@@ -159,7 +159,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Algorithm != local.TokenBucket && c.Algorithm != local.SlidingWindow {
 		return c, fmt.Errorf("sim: Config.Algorithm %v is not simulated; use TokenBucket or SlidingWindow", c.Algorithm)
 	}
-	if c.Shares != global.DemandWeighted && c.Shares != global.Equal {
+	if c.Shares != fleet.DemandWeighted && c.Shares != fleet.Equal {
 		return c, fmt.Errorf("sim: Config.Shares %d is not a known strategy", int(c.Shares))
 	}
 	if c.Backend == "" {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 )
 
@@ -107,9 +107,9 @@ type gossipSyncer struct {
 	i int
 }
 
-var _ global.Syncer = gossipSyncer{}
+var _ fleet.Syncer = gossipSyncer{}
 
-func (s gossipSyncer) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
+func (s gossipSyncer) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
 	n := s.e.nodes[s.i]
 	now := s.e.clk.Now()
 	s.e.m.syncKeys += int64(len(req.Keys))

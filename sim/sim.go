@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -158,7 +158,7 @@ func (e *engine) join(i int) error {
 		e.nodes = append(e.nodes, &node{i: len(e.nodes)})
 	}
 	n := e.nodes[i]
-	var fleet global.Syncer = syncer{&e.st, i}
+	var fleet fleet.Syncer = syncer{&e.st, i}
 	if e.cfg.Backend == "gossip" {
 		if err := e.gossipJoin(i); err != nil {
 			return err
@@ -308,7 +308,7 @@ func (e *engine) step(ev *event) {
 		e.early(ev.node)
 	case reach:
 		if e.nodes[ev.op.node].group != 0 {
-			ev.op.err = fmt.Errorf("sim: the store is unreachable: %w", global.ErrUnreachable)
+			ev.op.err = fmt.Errorf("sim: the store is unreachable: %w", fleet.ErrUnreachable)
 		} else {
 			e.st.apply(ev.op, epoch.Add(time.Duration(e.now)).UnixMicro())
 		}
@@ -466,7 +466,7 @@ func (e *engine) answer(o *op) {
 	p := e.pend[o]
 	delete(e.pend, o)
 	if o.resp == nil && o.err == nil {
-		o.err = fmt.Errorf("sim: no answer: %w", global.ErrUnreachable)
+		o.err = fmt.Errorf("sim: no answer: %w", fleet.ErrUnreachable)
 	}
 	close(o.reply)
 	p.n.busy = false
@@ -476,7 +476,7 @@ func (e *engine) answer(o *op) {
 
 // requestBytes estimates a sync's size on the wire: a script call per
 // key with its arguments, and its answer.
-func requestBytes(r *global.Request) int {
+func requestBytes(r *fleet.Request) int {
 	n := 64
 	for _, u := range r.Keys {
 		n += len(u.Key) + 2*len(r.Node) + 120

@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -25,8 +25,8 @@ type store struct {
 // op is one Sync call in flight.
 type op struct {
 	node  int
-	req   global.Request
-	resp  *global.Response
+	req   fleet.Request
+	resp  *fleet.Response
 	err   error
 	reply chan struct{}
 }
@@ -73,14 +73,14 @@ type syncer struct {
 	node int
 }
 
-var _ global.Syncer = syncer{}
+var _ fleet.Syncer = syncer{}
 
 // Sync hands req to the event loop and waits for its answer. The loop
 // decides when it reaches the store and when the answer comes back, on
 // the virtual clock; ctx's real-time deadline never matters.
-func (c syncer) Sync(_ context.Context, req *global.Request) (*global.Response, error) {
+func (c syncer) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
 	o := &op{node: c.node, req: *req, reply: make(chan struct{})}
-	o.req.Keys = append([]global.Usage(nil), req.Keys...)
+	o.req.Keys = append([]fleet.Usage(nil), req.Keys...)
 	c.s.ops <- o
 	<-o.reply
 	return o.resp, o.err
@@ -89,15 +89,15 @@ func (c syncer) Sync(_ context.Context, req *global.Request) (*global.Response, 
 // apply runs o against the store at now (µs since the epoch).
 func (s *store) apply(o *op, now int64) {
 	interval := o.req.Interval.Microseconds()
-	resp := &global.Response{Grants: make([]global.Grant, len(o.req.Keys))}
+	resp := &fleet.Response{Grants: make([]fleet.Grant, len(o.req.Keys))}
 	for i := range o.req.Keys {
 		u := &o.req.Keys[i]
 		if err := u.Limit.Validate(); err != nil {
-			resp.Grants[i].Err = fmt.Errorf("%w: %v", global.ErrInvalid, err)
+			resp.Grants[i].Err = fmt.Errorf("%w: %v", fleet.ErrInvalid, err)
 			continue
 		}
-		if u.Shard != (global.Shard{}) { // as the contract asks of a store that splits no key
-			resp.Grants[i].Err = fmt.Errorf("%w: key %q: the simulator's store splits no key, so has no shard %v", global.ErrInvalid, u.Key, u.Shard)
+		if u.Shard != (fleet.Shard{}) { // as the contract asks of a store that splits no key
+			resp.Grants[i].Err = fmt.Errorf("%w: key %q: the simulator's store splits no key, so has no shard %v", fleet.ErrInvalid, u.Key, u.Shard)
 			continue
 		}
 		st := s.keys[u.Key]
@@ -109,13 +109,13 @@ func (s *store) apply(o *op, now int64) {
 		if st.until-now < ttl { // PEXPIRE
 			st.until = now + 2*ttl
 		}
-		resp.Grants[i] = st.sync(o.req.Node, u, interval, now, o.req.Shares == global.Equal, o.req.Fallback)
+		resp.Grants[i] = st.sync(o.req.Node, u, interval, now, o.req.Shares == fleet.Equal, o.req.Fallback)
 	}
 	o.resp = resp
 }
 
 // sync is the lease scripts' arithmetic for one key.
-func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal bool, fallback []partition.Step) global.Grant {
+func (st *lease) sync(node string, u *fleet.Usage, interval, now int64, equal bool, fallback []partition.Step) fleet.Grant {
 	lim := u.Limit
 	window := float64(lim.Window.Microseconds())
 	burst := float64(lim.Burst)
@@ -152,7 +152,7 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 	}
 	stale := 3 * interval
 	keep := stale + min(lim.Window.Microseconds(), 100*interval)
-	tb := lim.Algorithm == global.TokenBucket
+	tb := lim.Algorithm == fleet.TokenBucket
 	if n := len(fallback); tb && n > 0 {
 		grace := fallback[n-1].Until
 		if grace == 0 && n > 1 {
@@ -199,8 +199,8 @@ func (st *lease) sync(node string, u *global.Usage, interval, now int64, equal b
 		return g
 	}
 
-	g := global.Grant{TTL: time.Duration(2*interval) * time.Microsecond, Nodes: count, Weight: math.Floor(weight*1e6) / 1e6}
-	if lim.Algorithm == global.TokenBucket {
+	g := fleet.Grant{TTL: time.Duration(2*interval) * time.Microsecond, Nodes: count, Weight: math.Floor(weight*1e6) / 1e6}
+	if lim.Algorithm == fleet.TokenBucket {
 		rate := float64(lim.Limit) / window
 		if math.IsNaN(st.tokens) {
 			st.tokens, st.ts = burst, now

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/partition"
@@ -63,14 +64,14 @@ func TestStoreMatchesRedis(t *testing.T) {
 		}},
 	}
 	for _, seq := range sequences {
-		for _, alg := range []global.Algorithm{global.TokenBucket, global.SlidingWindow} {
-			for _, shares := range []global.Shares{global.DemandWeighted, global.Equal} {
+		for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+			for _, shares := range []fleet.Shares{fleet.DemandWeighted, fleet.Equal} {
 				key := fmt.Sprintf("%s-%v-%v", seq.name, alg, shares)
-				lim := global.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
+				lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
 				st := &store{keys: map[string]*lease{}}
 				for i, s := range seq.steps {
-					req := global.Request{Node: s.node, Interval: time.Second, Shares: shares,
-						Keys: []global.Usage{{Key: key, Limit: lim, Consumed: s.consumed, Demand: s.demand, Series: s.series, Total: s.total}}}
+					req := fleet.Request{Node: s.node, Interval: time.Second, Shares: shares,
+						Keys: []fleet.Usage{{Key: key, Limit: lim, Consumed: s.consumed, Demand: s.demand, Series: s.series, Total: s.total}}}
 					w, g, _ := syncBoth(t, r, client, st, req)
 					what := fmt.Sprintf("%s %v %v step %d (%+v)", seq.name, alg, shares, i, s)
 					assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
@@ -89,7 +90,7 @@ func TestStoreMatchesRedis(t *testing.T) {
 // after the call, and returns the two grants for its one key, neither an
 // error, and how long the call took by Redis's clock: the script ran at
 // most that long before the time st was given.
-func syncBoth(t *testing.T, r *global.Redis, client *redis.Client, st *store, req global.Request) (redisGrant, simGrant global.Grant, gap time.Duration) {
+func syncBoth(t *testing.T, r *global.Redis, client *redis.Client, st *store, req fleet.Request) (redisGrant, simGrant fleet.Grant, gap time.Duration) {
 	t.Helper()
 	before, err := client.Time(context.Background()).Result()
 	require.NoError(t, err)
@@ -118,24 +119,24 @@ func TestStoreMatchesRedisReserve(t *testing.T) {
 	client := srv.DeadlineClient(t)
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
 	require.NoError(t, err)
-	lim := global.Limit{Limit: 1000, Window: time.Second}
+	lim := fleet.Limit{Limit: 1000, Window: time.Second}
 	fallback := []partition.Step{{Until: 200 * time.Millisecond, Factor: 1}, {Factor: 0.5}}
 	st := &store{keys: map[string]*lease{}}
 	steps := []struct {
 		node  string
-		u     global.Usage
+		u     fleet.Usage
 		sleep time.Duration
 	}{
-		{"b", global.Usage{Demand: 1000}, 0},
-		{"a", global.Usage{Demand: 300, Series: 1}, 0},
-		{"c", global.Usage{Demand: 300, Series: 4}, 250 * time.Millisecond},
-		{"b", global.Usage{Consumed: 1000}, 0},                       // a and c reserved for
-		{"a", global.Usage{Consumed: 150, Series: 1, Total: 150}, 0}, // back: 150 within its reserve
-		{"c", global.Usage{Consumed: 150, Series: 5, Total: 150}, 0}, // restarted: charged in full
+		{"b", fleet.Usage{Demand: 1000}, 0},
+		{"a", fleet.Usage{Demand: 300, Series: 1}, 0},
+		{"c", fleet.Usage{Demand: 300, Series: 4}, 250 * time.Millisecond},
+		{"b", fleet.Usage{Consumed: 1000}, 0},                       // a and c reserved for
+		{"a", fleet.Usage{Consumed: 150, Series: 1, Total: 150}, 0}, // back: 150 within its reserve
+		{"c", fleet.Usage{Consumed: 150, Series: 5, Total: 150}, 0}, // restarted: charged in full
 	}
 	for i, s := range steps {
 		s.u.Key, s.u.Limit = "reserve", lim
-		req := global.Request{Node: s.node, Interval: 10 * time.Millisecond, Fallback: fallback, Keys: []global.Usage{s.u}}
+		req := fleet.Request{Node: s.node, Interval: 10 * time.Millisecond, Fallback: fallback, Keys: []fleet.Usage{s.u}}
 		w, g, gap := syncBoth(t, r, client, st, req)
 		what := fmt.Sprintf("step %d (%s %+v, call took %v)", i, s.node, s.u, gap)
 		assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
@@ -158,7 +159,7 @@ func TestStoreMatchesRedisPaced(t *testing.T) {
 	client := srv.DeadlineClient(t)
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
 	require.NoError(t, err)
-	lim := global.Limit{Algorithm: global.SlidingWindow, Limit: 1000, Window: time.Second}
+	lim := fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: time.Second}
 	// Start 100 ms into a window, so that the next is a known time away.
 	now, err := client.Time(context.Background()).Result()
 	require.NoError(t, err)
@@ -166,18 +167,18 @@ func TestStoreMatchesRedisPaced(t *testing.T) {
 	st := &store{keys: map[string]*lease{}}
 	steps := []struct {
 		node  string
-		u     global.Usage
+		u     fleet.Usage
 		sleep time.Duration // after the step
 		paced bool          // a paced part is expected
 	}{
-		{"a", global.Usage{Demand: 2000, Paced: true}, time.Second + 200*time.Millisecond, false}, // the whole window: nothing to pace ahead
-		{"a", global.Usage{Consumed: 1000, Demand: 1000, Paced: true}, 0, true},                   // the next: 300 free now, 200 more paced
-		{"b", global.Usage{Demand: 1000}, 0, false},                                               // unpaced: nothing ahead
-		{"a", global.Usage{Demand: 1000, Paced: true}, 0, true},                                   // gives the lease and the pace back, leases again
+		{"a", fleet.Usage{Demand: 2000, Paced: true}, time.Second + 200*time.Millisecond, false}, // the whole window: nothing to pace ahead
+		{"a", fleet.Usage{Consumed: 1000, Demand: 1000, Paced: true}, 0, true},                   // the next: 300 free now, 200 more paced
+		{"b", fleet.Usage{Demand: 1000}, 0, false},                                               // unpaced: nothing ahead
+		{"a", fleet.Usage{Demand: 1000, Paced: true}, 0, true},                                   // gives the lease and the pace back, leases again
 	}
 	for i, s := range steps {
 		s.u.Key, s.u.Limit = "paced", lim
-		req := global.Request{Node: s.node, Interval: 100 * time.Millisecond, Keys: []global.Usage{s.u}}
+		req := fleet.Request{Node: s.node, Interval: 100 * time.Millisecond, Keys: []fleet.Usage{s.u}}
 		w, g, gap := syncBoth(t, r, client, st, req)
 		what := fmt.Sprintf("step %d (%s %+v, call took %v)", i, s.node, s.u, gap)
 		t.Logf("%s: redis lease %d paced %d over %v; sim lease %d paced %d over %v", what, w.Lease, w.Paced, w.PacedFor, g.Lease, g.Paced, g.PacedFor)

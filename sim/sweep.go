@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
 // DefaultIntervals are the sync intervals Sweep and Tune try by default.
@@ -23,7 +23,7 @@ type SweepConfig struct {
 	Base      Config
 	Intervals []time.Duration // default DefaultIntervals
 	Nodes     []int           // default Base.Nodes
-	Shares    []global.Shares // default Base.Shares
+	Shares    []fleet.Shares  // default Base.Shares
 	Backends  []string        // default Base.Backend
 }
 
@@ -36,7 +36,7 @@ func Sweep(c SweepConfig) ([]*Result, error) {
 		c.Nodes = []int{c.Base.Nodes}
 	}
 	if len(c.Shares) == 0 {
-		c.Shares = []global.Shares{c.Base.Shares}
+		c.Shares = []fleet.Shares{c.Base.Shares}
 	}
 	if len(c.Backends) == 0 {
 		c.Backends = []string{c.Base.Backend}

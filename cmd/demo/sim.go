@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/sim"
 )
@@ -157,14 +157,14 @@ func writeFile(name string, write func(io.Writer) error) error {
 	return f.Close()
 }
 
-func parseShares(s string) ([]global.Shares, error) {
-	var out []global.Shares
+func parseShares(s string) ([]fleet.Shares, error) {
+	var out []fleet.Shares
 	for _, f := range strings.Split(s, ",") {
 		switch strings.TrimSpace(f) {
 		case "demandweighted":
-			out = append(out, global.DemandWeighted)
+			out = append(out, fleet.DemandWeighted)
 		case "equal":
-			out = append(out, global.Equal)
+			out = append(out, fleet.Equal)
 		default:
 			return nil, fmt.Errorf("-shares %q: want demandweighted or equal", f)
 		}

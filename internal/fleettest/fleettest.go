@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -27,7 +27,7 @@ import (
 // (named node-1 … node-n unless it names itself), and closes them when
 // the test ends. Close must succeed, except that a node cut off from its
 // fleet (not Healthy) cannot hand back its leases and may report
-// global.ErrUnreachable.
+// fleet.ErrUnreachable.
 func Limiters(t testing.TB, n int, cfg func(i int) hybrid.Config) []*hybrid.Limiter {
 	t.Helper()
 	out := make([]*hybrid.Limiter, n)
@@ -40,7 +40,7 @@ func Limiters(t testing.TB, n int, cfg func(i int) hybrid.Config) []*hybrid.Limi
 		require.NoError(t, err)
 		t.Cleanup(func() {
 			cut := l.Health().Level != partition.Healthy
-			if err := l.Close(); err != nil && !(cut && errors.Is(err, global.ErrUnreachable)) {
+			if err := l.Close(); err != nil && !(cut && errors.Is(err, fleet.ErrUnreachable)) {
 				t.Errorf("closing %s: %v", c.Node, err)
 			}
 		})

@@ -2,7 +2,10 @@
 // code uses it to place shards, the test harness to find a key's master.
 package redisslot
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // Slots is the number of hash slots in a Redis Cluster.
 const Slots = 16384
@@ -35,4 +38,29 @@ func CRC16(s string) uint16 {
 		}
 	}
 	return crc
+}
+
+// WriteTag writes key as a hash tag, as global names a key's state in
+// Redis: the characters that would end or
+// open one, and the escape itself, as %XX. So a '%' it writes is always
+// followed by two hex digits, which is what keeps shards' names apart
+// from every key's (see fleet.Shard).
+//
+// The empty key is written %00, which no other key's tag is (a '%' it
+// writes is followed by 7B, 7D or 25): an empty tag, {}, is no tag to
+// Redis Cluster, which would hash each of the key's Redis keys on its
+// whole name and put them in different slots.
+func WriteTag(b *strings.Builder, key string) {
+	if key == "" {
+		b.WriteString("%00")
+		return
+	}
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '{', '}', '%':
+			fmt.Fprintf(b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package global
+package fleet
 
 import (
 	"strconv"
@@ -48,7 +48,7 @@ func (s Shard) String() string {
 func ShardsOf(key string, n int) []Shard {
 	n = min(max(n, 1), MaxShards)
 	var tag strings.Builder
-	writeTag(&tag, key) // as keyBase names it
+	redisslot.WriteTag(&tag, key) // as global names keys in Redis
 	base := tag.String() + "%#"
 	out := make([]Shard, n)
 	// Numbers are tried in order, each filling its range if that is

@@ -1,13 +1,15 @@
-// Package global is the contract between a node and the rest of its fleet,
-// and its Redis implementation.
+// Package fleet is the contract between a node and the rest of its
+// fleet: the Syncer interface and the values it takes and returns.
 //
 // A node calls its Syncer once per sync interval with every key it touched
 // since the last call: what it consumed and what it expects to need. The
 // Syncer answers, per key, what the node may spend until the next call (its
 // lease) and what it knows of the fleet: global usage, active nodes, this
-// node's weight. Redis (this package), memberlist gossip and the
-// simulator's fakes implement it.
-package global
+// node's weight. Package global (Redis) and package gossip (memberlist)
+// implement it, as do the simulator's fakes; package hybrid depends on
+// this package alone, so that a program that syncs by gossip links no
+// Redis client.
+package fleet
 
 import (
 	"context"
@@ -77,19 +79,20 @@ type Limit struct {
 func (l Limit) Validate() error {
 	switch {
 	case l.Algorithm != TokenBucket && l.Algorithm != SlidingWindow:
-		return fmt.Errorf("global: Limit.Algorithm %d is not a known algorithm", int(l.Algorithm))
+		return fmt.Errorf("fleet: Limit.Algorithm %d is not a known algorithm", int(l.Algorithm))
 	case l.Limit < 1 || l.Limit > MaxLimit:
-		return fmt.Errorf("global: Limit.Limit is %d; it must be between 1 and MaxLimit (%d)", l.Limit, int64(MaxLimit))
+		return fmt.Errorf("fleet: Limit.Limit is %d; it must be between 1 and MaxLimit (%d)", l.Limit, int64(MaxLimit))
 	case l.Window < time.Millisecond:
-		return fmt.Errorf("global: Limit.Window is %v; it must be at least 1ms", l.Window)
+		return fmt.Errorf("fleet: Limit.Window is %v; it must be at least 1ms", l.Window)
 	case l.Burst < 0 || l.Burst > MaxLimit:
-		return fmt.Errorf("global: Limit.Burst is %d; it must be between 0 and MaxLimit (%d)", l.Burst, int64(MaxLimit))
+		return fmt.Errorf("fleet: Limit.Burst is %d; it must be between 0 and MaxLimit (%d)", l.Burst, int64(MaxLimit))
 	}
 	return nil
 }
 
-// burst returns the bucket capacity.
-func (l Limit) burst() int64 {
+// Capacity is what l's bucket holds: Burst for a TokenBucket that sets
+// it, else Limit.
+func (l Limit) Capacity() int64 {
 	if l.Algorithm == TokenBucket && l.Burst > 0 {
 		return l.Burst
 	}
@@ -271,7 +274,7 @@ type Grant struct {
 
 	// Shards, when not zero, says that nothing was granted and none of
 	// the reported consumption was applied: the key's leases are split
-	// fleet-wide into Shards shards (see Redis.MarkLeaseShards) for
+	// fleet-wide into Shards shards (global.Redis splits hot keys' leases) for
 	// ShardedFor more (0 once the split has ended and awaits its merge),
 	// and are to be taken from, and consumption reported to, the key's
 	// ShardsOf(key, Shards), in Usage.Shard. Only a Syncer that shards
@@ -284,11 +287,11 @@ type Grant struct {
 // reached, or cannot take writes: a connection refused or reset, a
 // timeout, a cluster that is down, a Redis out of memory or read-only.
 // The caller should keep limiting locally and try again later.
-var ErrUnreachable = errors.New("global: fleet unreachable")
+var ErrUnreachable = errors.New("fleet: unreachable")
 
 // ErrInvalid is wrapped by errors that mean the request itself was wrong;
 // retrying it unchanged will fail again.
-var ErrInvalid = errors.New("global: invalid request")
+var ErrInvalid = errors.New("fleet: invalid request")
 
 // ErrCorrupt is wrapped by errors that mean the fleet's store holds, or
 // answered, for one key, what no node of the fleet could have written:
@@ -299,4 +302,4 @@ var ErrInvalid = errors.New("global: invalid request")
 // caller's mistake: the caller should treat the key as it treats a key
 // the fleet cannot answer (its policy's FailMode), and say so. The key
 // recovers when its state expires or is deleted.
-var ErrCorrupt = errors.New("global: corrupt state in the store")
+var ErrCorrupt = errors.New("fleet: corrupt state in the store")

@@ -10,13 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
-// fleet is one syncer and the circuit breaker in front of it.
-type fleet struct {
-	syncer global.Syncer
+// link is a Limiter's link to one fleet: its Syncer and the circuit
+// breaker in front of it.
+type link struct {
+	syncer fleet.Syncer
 	name   string // the Config field, for errors
 
 	mu     sync.Mutex // guards br: strict decisions report to it from any goroutine
@@ -25,9 +26,9 @@ type fleet struct {
 	clean  atomic.Bool  // br is closed with no failure counted: a success changes nothing
 	okAt   atomic.Int64 // when a call last had an answer (wall, Unix ns): see strictCut
 
-	req      global.Request // the sync loop's scratch, under Limiter.syncMu
-	stretch  time.Duration  // how long the next probe may take, if more than SyncTimeout; under Limiter.syncMu
-	answered bool           // another fleet answered the sync in progress; under Limiter.syncMu
+	req      fleet.Request // the sync loop's scratch, under Limiter.syncMu
+	stretch  time.Duration // how long the next probe may take, if more than SyncTimeout; under Limiter.syncMu
+	answered bool          // another fleet answered the sync in progress; under Limiter.syncMu
 }
 
 // maxStretch bounds how far syncTimeout stretches SyncTimeout.
@@ -45,7 +46,7 @@ const maxStretch = 4
 // the sync loop while the Failover's leases run out (stretching every
 // sync, or every probe, made a fleet that lost Redis admit 812-878/s
 // instead of 999/s of its 1,000/s over gossip). Sync loop only.
-func (f *fleet) syncTimeout(base time.Duration) time.Duration {
+func (f *link) syncTimeout(base time.Duration) time.Duration {
 	if f.closed.Load() || f.answered {
 		return base
 	}
@@ -54,7 +55,7 @@ func (f *fleet) syncTimeout(base time.Duration) time.Duration {
 
 // timed records a sync's outcome for syncTimeout: a sync that ran out of
 // time doubles the next probe's bound, one that succeeds restores base.
-func (f *fleet) timed(base time.Duration, err error) {
+func (f *link) timed(base time.Duration, err error) {
 	switch {
 	case err == nil:
 		f.stretch = 0
@@ -71,9 +72,9 @@ func timedOut(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
-func newFleet(s global.Syncer, name string, cfg partition.BreakerConfig) *fleet {
+func newFleet(s fleet.Syncer, name string, cfg partition.BreakerConfig) *link {
 	br, _ := partition.NewBreaker(cfg) // validated by Config.withDefaults
-	f := &fleet{syncer: s, name: name, br: br}
+	f := &link{syncer: s, name: name, br: br}
 	f.closed.Store(true)
 	f.clean.Store(true)
 	return f
@@ -81,7 +82,7 @@ func newFleet(s global.Syncer, name string, cfg partition.BreakerConfig) *fleet 
 
 // allow reports whether the fleet may be called at now. Only a regular
 // sync may probe a breaker that is not closed.
-func (f *fleet) allow(now time.Time, probe bool) bool {
+func (f *link) allow(now time.Time, probe bool) bool {
 	if !probe {
 		return f.closed.Load()
 	}
@@ -93,8 +94,8 @@ func (f *fleet) allow(now time.Time, probe bool) bool {
 // result records a call's outcome. A mistake in the request, or a key
 // whose state in the store is corrupt, is no sign of an outage: the
 // fleet answered.
-func (f *fleet) result(now time.Time, err error) {
-	ok := err == nil || errors.Is(err, global.ErrInvalid) || errors.Is(err, global.ErrCorrupt)
+func (f *link) result(now time.Time, err error) {
+	ok := err == nil || errors.Is(err, fleet.ErrInvalid) || errors.Is(err, fleet.ErrCorrupt)
 	if ok && f.okAt.Load() < now.UnixNano() {
 		f.okAt.Store(now.UnixNano())
 	}
@@ -114,12 +115,12 @@ func (f *fleet) result(now time.Time, err error) {
 }
 
 // errOpen is what a sync returns for a fleet it did not call.
-func (f *fleet) errOpen() error {
-	return fmt.Errorf("hybrid: Config.%s's circuit breaker is open: %w", f.name, global.ErrUnreachable)
+func (f *link) errOpen() error {
+	return fmt.Errorf("hybrid: Config.%s's circuit breaker is open: %w", f.name, fleet.ErrUnreachable)
 }
 
 // request is f's request scratch, emptied and addressed from this node.
-func (l *Limiter) request(f *fleet) *global.Request {
+func (l *Limiter) request(f *link) *fleet.Request {
 	req := &f.req
 	req.Node, req.Interval, req.Shares, req.Fallback = l.cfg.Node, l.cfg.Interval, l.cfg.Shares, l.fallback
 	req.Keys = req.Keys[:0]
@@ -127,7 +128,7 @@ func (l *Limiter) request(f *fleet) *global.Request {
 }
 
 // sync sends req to f, and checks that it answered every key.
-func (f *fleet) sync(ctx context.Context, req *global.Request) (*global.Response, error) {
+func (f *link) sync(ctx context.Context, req *fleet.Request) (*fleet.Response, error) {
 	resp, err := f.syncer.Sync(ctx, req)
 	if err == nil && len(resp.Grants) != len(req.Keys) {
 		err = fmt.Errorf("hybrid: Config.%s returned %d grants for %d keys", f.name, len(resp.Grants), len(req.Keys))
@@ -136,13 +137,13 @@ func (f *fleet) sync(ctx context.Context, req *global.Request) (*global.Response
 }
 
 // call syncs batch with f, reporting what f has not been told of yet.
-func (l *Limiter) call(ctx context.Context, f *fleet, i int, batch []*keyState, marks []mark) (*global.Response, error) {
+func (l *Limiter) call(ctx context.Context, f *link, i int, batch []*keyState, marks []mark) (*fleet.Response, error) {
 	if i == 0 && l.ldir != nil {
 		return l.callLeases(ctx, f, batch, marks)
 	}
 	req := l.request(f)
 	for j, k := range batch {
-		u := global.Usage{Key: k.key, Limit: k.pol.limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested, Paced: k.paced()}
+		u := fleet.Usage{Key: k.key, Limit: k.pol.limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested, Paced: k.paced()}
 		u.Series, u.Total = k.seriesOf(l.syncs.rng, marks[j].s0)
 		req.Keys = append(req.Keys, u)
 	}
@@ -165,7 +166,7 @@ func (l *Limiter) call(ctx context.Context, f *fleet, i int, batch []*keyState, 
 // cut off, or on the minority side of a split, with the ladder's factor
 // in force. A part of the fleet down while the rest answers (a Redis
 // Cluster master) leaves it Healthy, with FailingKeys counting that
-// part's keys and a KeyError wrapping global.ErrUnreachable.
+// part's keys and a KeyError wrapping fleet.ErrUnreachable.
 type Health = partition.Health
 
 // health follows the Limiter's contact with its fleet, on the Limiter's

@@ -1,0 +1,31 @@
+package fleet
+
+import "time"
+
+// The values of a store that decides each request itself: Strict
+// policies (hybrid.StrictDecider, hybrid.StrictCharger).
+
+// Decision is the outcome of one strict, per-request decision in a store
+// (global.Redis.Allow).
+type Decision struct {
+	Allowed    bool
+	Remaining  int64
+	RetryAfter time.Duration // zero when allowed; -1 if the cost can never be admitted
+	ResetAfter time.Duration
+
+	// Shards, when not zero, says that nothing was decided: the key is
+	// split fleet-wide into Shards shards (global.Redis.MarkShards) for ShardedFor
+	// more, and the request must be decided on one of ShardsOf(key,
+	// Shards), with global.Redis.AllowShard.
+	Shards     int
+	ShardedFor time.Duration
+}
+
+// StrictCharge is a count of requests a node admitted for a key's strict
+// state without its store, for global.Redis.Charge.
+type StrictCharge struct {
+	Key   string
+	Shard Shard // the zero Shard: the key itself; else one of ShardsOf's
+	Limit Limit // the key's limit, or the shard's part of it
+	N     int64 // requests; 0 changes nothing but is still sent
+}

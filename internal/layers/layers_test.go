@@ -1,0 +1,75 @@
+package layers
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/hybridlimit/hybridlimit/"
+
+// goList runs go list with args in the module's root and returns its
+// lines.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...) // the toolchain that runs the test is on PATH
+	cmd.Dir = "../.."
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go list: %s", out)
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+// TestGossipOnlyLinksNoRedis checks that a program built on hybrid and
+// gossip alone links no Redis client: the fleet contract lives in
+// package fleet, not beside the Redis implementation in global, and
+// hybrid names no backend.
+func TestGossipOnlyLinksNoRedis(t *testing.T) {
+	t.Parallel()
+	deps := goList(t, "-deps", "./hybrid", "./gossip", "./httplimit")
+	require.Contains(t, deps, module+"fleet")
+	for _, d := range deps {
+		assert.NotContains(t, d, "go-redis", "a gossip-only program links %s", d)
+		assert.NotEqual(t, module+"global", d, "a gossip-only program links the Redis fleet")
+	}
+}
+
+// TestArrowsPointDown checks every package's imports (tests aside)
+// against the layering: which of the module's packages each may import.
+func TestArrowsPointDown(t *testing.T) {
+	t.Parallel()
+	helpers := []string{"internal/cfgerr", "internal/clock", "internal/proc", "internal/redisslot", "internal/sketch"}
+	allowed := map[string][]string{
+		"local":     {"internal/clock", "internal/cfgerr", "internal/sketch"},
+		"partition": {"internal/cfgerr"},
+		"fleet":     {"partition", "internal/redisslot"},
+		"global":    {"fleet", "partition", "internal/cfgerr", "internal/redisslot"},
+		"gossip":    {"fleet", "partition", "internal/cfgerr", "internal/clock"},
+		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch"},
+		"httplimit": {"hybrid", "fleet", "local", "partition", "internal/cfgerr"},
+		"metrics":   {"hybrid", "fleet", "partition"},
+	}
+	for _, h := range helpers {
+		allowed[h] = nil // production helpers import nothing of the module
+	}
+	for _, line := range goList(t, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...") {
+		f := strings.Fields(line)
+		pkg := strings.TrimPrefix(f[0], module)
+		may, checked := allowed[pkg]
+		for _, imp := range f[1:] {
+			if !strings.HasPrefix(imp, module) {
+				continue
+			}
+			imp = strings.TrimPrefix(imp, module)
+			if !strings.HasPrefix(pkg, "cmd/") { // the demo runs the simulator
+				assert.NotEqual(t, "sim", imp, "%s imports the simulator", pkg)
+			}
+			assert.False(t, strings.HasPrefix(imp, "cmd/"), "%s imports a command", pkg)
+			if checked {
+				assert.Contains(t, may, imp, "%s imports %s, which the layering does not let it", pkg, imp)
+			}
+		}
+	}
+}
