@@ -3,7 +3,7 @@ package fleet
 import "time"
 
 // The values of a store that decides each request itself: Strict
-// policies (hybrid.StrictDecider, hybrid.StrictCharger).
+// policies, which global.Redis serves.
 
 // Decision is the outcome of one strict, per-request decision in a store
 // (global.Redis.Allow).

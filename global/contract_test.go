@@ -3,7 +3,7 @@ package global_test
 import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
-	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 )
 
 // Redis implements the fleet contract and every optional interface
@@ -12,8 +12,8 @@ import (
 // no Redis client: TestGossipOnlyLinksNoRedis).
 var (
 	_ fleet.Syncer               = (*global.Redis)(nil)
-	_ hybrid.StrictDecider       = (*global.Redis)(nil)
-	_ hybrid.StrictCharger       = (*global.Redis)(nil)
-	_ hybrid.ShardDirectory      = (*global.Redis)(nil)
-	_ hybrid.LeaseShardDirectory = (*global.Redis)(nil)
+	_ store.StrictDecider       = (*global.Redis)(nil)
+	_ store.StrictCharger       = (*global.Redis)(nil)
+	_ store.ShardDirectory      = (*global.Redis)(nil)
+	_ store.LeaseShardDirectory = (*global.Redis)(nil)
 )

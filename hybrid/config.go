@@ -66,7 +66,8 @@ type Config struct {
 
 	// Syncer is the fleet: global.Redis, the gossip syncer, or the
 	// simulator's. Required when a policy is Hybrid or Strict; Strict
-	// policies also need it to implement StrictDecider.
+	// policies also need a store that decides single requests, as
+	// global.Redis does (gossip does not).
 	Syncer fleet.Syncer
 
 	// Failover, if set, is a second fleet, such as a gossip.Gossip over
@@ -170,8 +171,8 @@ type Config struct {
 	// split into (see HotLeaseSyncs). Default DefaultHotKeyShards; 1
 	// never shards.
 	// A node does not split a limit under 10 per shard. Sharding needs a
-	// Syncer that implements ShardDirectory (global.Redis does), which
-	// makes every node of the fleet decide a sharded key on its shards,
+	// Syncer that keeps a directory of sharded keys, as global.Redis does,
+	// which makes every node of the fleet decide a sharded key on its shards,
 	// with the shard count of the mark, whatever its own settings; with
 	// another Syncer, Strict keys are never sharded.
 	HotKeyShards int
@@ -184,9 +185,9 @@ type Config struct {
 	// rate is estimated as the active nodes times this node's syncs of the
 	// key per second; the key merges back once every node finds it below
 	// half that. Default DefaultHotLeaseSyncs; negative never splits.
-	// Like HotKeyShards it needs a Syncer that implements
-	// LeaseShardDirectory (global.Redis does), and every node follows a
-	// split the fleet made, whatever its own setting. See
+	// Like HotKeyShards it needs a Syncer that keeps a directory of
+	// sharded keys (global.Redis), and every node follows a split the
+	// fleet made, whatever its own setting. See
 	// docs/hotkeys.md.
 	HotLeaseSyncs float64
 

@@ -24,7 +24,7 @@ import (
 // no node calls home is rare, and the next shard's top-ups reach it.
 //
 // The split is the fleet's, through a lease mark in the store
-// (LeaseShardDirectory.MarkLeaseShards): while it stands, the lease
+// (store.LeaseShardDirectory.MarkLeaseShards): while it stands, the lease
 // scripts of the key itself grant nothing and apply none of a report,
 // and answer with the shard count (fleet.Grant.Shards), so that the node
 // reports to its shards instead, in the same sync. Nodes leasing from
@@ -96,34 +96,7 @@ func (l *Limiter) leaseMarkTTL() time.Duration {
 	return max(leaseMarkIntervals*l.cfg.Interval, 4*l.cfg.SyncTimeout)
 }
 
-// LeaseShardDirectory records, for the whole fleet, which Hybrid keys
-// lease from shards in the store, and moves what was spent across a
-// split or a merge. global.Redis implements it; see its methods for the
-// contract. The Syncer's lease answers for a marked key carry
-// fleet.Grant.Shards.
-type LeaseShardDirectory interface {
-	// MarkLeaseShards marks key's leases as split into shards until ttl
-	// from now, or extends a standing mark to at least that (with shards
-	// 0, only extends), and returns the shard count in force and how
-	// long the mark stands: 0 once it has ended and awaits its merge.
-	MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit fleet.Limit) (int, time.Duration, error)
-	// LeaseShardMark returns key's mark: its shard count (0 if none) and
-	// how long it stands (0 once it has ended).
-	LeaseShardMark(ctx context.Context, key string) (int, time.Duration, error)
-	// EndLeaseShards drops key's mark if it has ended, once key has been
-	// charged with what its shards spent.
-	EndLeaseShards(ctx context.Context, key string) (bool, error)
-	// LeaseUsed returns what the lease states of key's shards show
-	// spent, summed; the zero Shard is key itself.
-	LeaseUsed(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit) (int64, error)
-	// ChargeLeasesAtLeast makes the lease state of each of key's shards
-	// (the zero Shard: key itself) show at least used spent; charging
-	// twice charges once. Nodes not seen for three intervals are
-	// forgotten first.
-	ChargeLeasesAtLeast(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit, used int64, interval time.Duration) error
-}
-
-// itself is the key itself, as LeaseShardDirectory's shards.
+// itself is the key itself, as store.LeaseShardDirectory's shards.
 var itself = []fleet.Shard{{}}
 
 // errUnsettled marks a grant whose report reached no fleet state: it is

@@ -19,6 +19,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/sketch"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
@@ -37,31 +38,6 @@ var (
 	// shorten IdleTimeout.
 	ErrTooManyKeys = errors.New("hybrid: Config.MaxKeys keys are in use; raise MaxKeys or shorten IdleTimeout")
 )
-
-// StrictDecider decides single requests in the fleet's store. Strict
-// policies need a Config.Syncer that implements it; *global.Redis does.
-type StrictDecider interface {
-	Allow(ctx context.Context, key string, limit fleet.Limit, n int64) (fleet.Decision, error)
-}
-
-// ShardDirectory records, for the whole fleet, which Strict keys are
-// split into shards in the store, so that no node decides a key on its
-// own while others decide it on its shards, which would admit up to twice
-// the limit. global.Redis implements it; see its MarkShards and
-// ChargeAtLeast for the contract.
-type ShardDirectory interface {
-	// MarkShards marks key as split into shards for ttl, or renews the
-	// mark, and returns the shard count in force. While marked, a
-	// StrictDecider's Allow on key answers with Decision.Shards.
-	MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error)
-	// ChargeAtLeast makes key show at least used spent; charging twice
-	// charges once.
-	ChargeAtLeast(ctx context.Context, key string, limit fleet.Limit, used int64) error
-	// AllowShard and ChargeShardAtLeast are Allow and ChargeAtLeast on
-	// one of key's shards (fleet.ShardsOf), a name no user key reaches.
-	AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (fleet.Decision, error)
-	ChargeShardAtLeast(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, used int64) error
-}
 
 // minShare is the floor of a node's demand for an active key, as a part of
 // its equal share of one interval's quota: enough that a node that was idle
@@ -94,11 +70,11 @@ type Limiter struct {
 	mono     int64
 	policies []*policy // longest Prefix first
 	byName   map[string]*policy
-	strict   StrictDecider
-	charger  StrictCharger       // nil: Strict admissions without the store are not charged to it
-	strictP  *policy             // a Strict policy, whose limit probes the store; nil if none
-	dir      ShardDirectory      // nil: Strict keys are not sharded
-	ldir     LeaseShardDirectory // nil: Hybrid keys never lease from shards
+	strict   store.StrictDecider
+	charger  store.StrictCharger       // nil: Strict admissions without the store are not charged to it
+	strictP  *policy                   // a Strict policy, whose limit probes the store; nil if none
+	dir      store.ShardDirectory      // nil: Strict keys are not sharded
+	ldir     store.LeaseShardDirectory // nil: Hybrid keys never lease from shards
 
 	keys      sync.Map // string -> *keyState
 	nkeys     atomic.Int64
@@ -149,9 +125,9 @@ func New(cfg Config) (*Limiter, error) {
 		byName: make(map[string]*policy, len(cfg.Policies)),
 		early:  make(chan *keyState, 256),
 	}
-	l.strict, _ = cfg.Syncer.(StrictDecider)
+	l.strict, _ = cfg.Syncer.(store.StrictDecider)
 	if l.strict != nil {
-		l.charger, _ = cfg.Syncer.(StrictCharger)
+		l.charger, _ = cfg.Syncer.(store.StrictCharger)
 	}
 	if sized {
 		l.nodesHint.Store(int64(cfg.FleetSize))
@@ -192,8 +168,8 @@ func New(cfg Config) (*Limiter, error) {
 		l.policies = append(l.policies, pol)
 		l.localFirst = l.localFirst || p.Mode == Local && cfg.Resolve == nil
 	}
-	l.dir, _ = cfg.Syncer.(ShardDirectory)
-	l.ldir, _ = cfg.Syncer.(LeaseShardDirectory)
+	l.dir, _ = cfg.Syncer.(store.ShardDirectory)
+	l.ldir, _ = cfg.Syncer.(store.LeaseShardDirectory)
 	if l.strict != nil && l.dir != nil && cfg.HotKeyRate > 0 && cfg.HotKeyShards > 1 {
 		for _, p := range l.policies {
 			if p.Mode == Strict {

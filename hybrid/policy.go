@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -187,8 +188,8 @@ func checkPolicy(i int, p *Policy, syncer fleet.Syncer) (fleet.Limit, error) {
 	if syncer == nil {
 		return fleet.Limit{}, fmt.Errorf("%s: Mode %v needs Config.Syncer", at, p.Mode)
 	}
-	if _, ok := syncer.(StrictDecider); p.Mode == Strict && !ok {
-		return fleet.Limit{}, fmt.Errorf("%s: Mode Strict needs a Config.Syncer that implements StrictDecider (global.Redis does); %T does not", at, syncer)
+	if _, ok := syncer.(store.StrictDecider); p.Mode == Strict && !ok {
+		return fleet.Limit{}, fmt.Errorf("%s: Mode Strict needs a Config.Syncer that decides single requests, as global.Redis does; %T does not", at, syncer)
 	}
 	lim := fleet.Limit{Algorithm: alg, Limit: p.Limit, Window: p.Window, Burst: p.Burst}
 	if err := lim.Validate(); err != nil {

@@ -21,7 +21,7 @@ import (
 // Strict keys are detected by sampling their requests into a
 // heavy-hitter sketch (internal/sketch). The split is the fleet's, not
 // the node's: a node that finds a key hot marks it in the store
-// (ShardDirectory.MarkShards) for minShardedIntervals, and renews the
+// (store.ShardDirectory.MarkShards) for minShardedIntervals, and renews the
 // mark every interval it still finds it hot; any node that asks the key
 // itself while it is marked is told to use the shards, and does until
 // the mark it was told of runs out; then it asks again, deciding nothing,
@@ -129,7 +129,7 @@ func (set *shardSet) saw(i int, remaining, now int64) {
 func (l *Limiter) decideSharded(ctx context.Context, k *keyState, set *shardSet, n int64) (fleet.Decision, error) {
 	st := l.dir
 	if st == nil {
-		return fleet.Decision{}, fmt.Errorf("hybrid: Config.Syncer split key %q into shards, but %T is no ShardDirectory", k.key, l.cfg.Syncer)
+		return fleet.Decision{}, fmt.Errorf("hybrid: Config.Syncer split key %q into shards, but %T keeps no directory of sharded keys", k.key, l.cfg.Syncer)
 	}
 	i := int(set.next.Add(1) % uint32(len(set.keys)))
 	g, err := st.AllowShard(ctx, k.key, set.keys[i], set.limit, n)

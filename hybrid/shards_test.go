@@ -18,6 +18,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -41,7 +42,7 @@ type mark struct {
 	until  time.Time
 }
 
-var _ hybrid.ShardDirectory = (*bucketStore)(nil)
+var _ store.ShardDirectory = (*bucketStore)(nil)
 
 func newBucketStore() *bucketStore {
 	return &bucketStore{scripted: newScripted(0), lims: map[string]*local.Limiter{}, calls: map[string]int{}, marks: map[string]mark{}}

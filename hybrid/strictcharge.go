@@ -7,16 +7,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
-// StrictCharger counts in the fleet's store requests a node admitted for
-// Strict keys without it. *global.Redis implements it.
-type StrictCharger interface {
-	// Charge counts each charge's N requests as admitted now, whatever
-	// the store has left, but never beyond an empty bucket, in one round
-	// trip; a charge of 0 changes nothing. It returns one error per
-	// charge (that key's), or an error for the whole call.
-	Charge(ctx context.Context, charges []fleet.StrictCharge) ([]error, error)
-}
-
 // What a Strict key admits while the store cannot be reached (FailStatic
 // or FailOpen) is counted in keyState.extra, as a Hybrid key's degraded
 // admissions are. Once the store answers, the sync loop charges it to the

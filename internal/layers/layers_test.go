@@ -47,13 +47,14 @@ func TestArrowsPointDown(t *testing.T) {
 		"fleet":     {"partition", "internal/redisslot"},
 		"global":    {"fleet", "partition", "internal/cfgerr", "internal/redisslot"},
 		"gossip":    {"fleet", "partition", "internal/cfgerr", "internal/clock"},
-		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch"},
+		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch", "internal/store"},
 		"httplimit": {"hybrid", "fleet", "local", "partition", "internal/cfgerr"},
 		"metrics":   {"hybrid", "fleet", "partition"},
 	}
 	for _, h := range helpers {
 		allowed[h] = nil // production helpers import nothing of the module
 	}
+	allowed["internal/store"] = []string{"fleet"} // the store protocol, beside the contract
 	for _, line := range goList(t, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...") {
 		f := strings.Fields(line)
 		pkg := strings.TrimPrefix(f[0], module)

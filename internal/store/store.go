@@ -1,0 +1,76 @@
+// Package store names what package hybrid asks of a fleet's store beyond
+// fleet.Syncer: strict decisions and their charges, and the directories
+// of keys split into shards. *global.Redis implements them all (its
+// tests say so); hybrid checks at New which its Syncer has. They are the
+// Redis store's protocol with hybrid, not an API: internal, so that a
+// change to it is no user's breaking change.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
+)
+
+// StrictDecider decides single requests in the fleet's store. Strict
+// policies need a hybrid.Config.Syncer that implements it.
+type StrictDecider interface {
+	Allow(ctx context.Context, key string, limit fleet.Limit, n int64) (fleet.Decision, error)
+}
+
+// StrictCharger counts in the fleet's store requests a node admitted for
+// Strict keys without it.
+type StrictCharger interface {
+	// Charge counts each charge's N requests as admitted now, whatever
+	// the store has left, but never beyond an empty bucket, in one round
+	// trip; a charge of 0 changes nothing. It returns one error per
+	// charge (that key's), or an error for the whole call.
+	Charge(ctx context.Context, charges []fleet.StrictCharge) ([]error, error)
+}
+
+// ShardDirectory records, for the whole fleet, which Strict keys are
+// split into shards in the store, so that no node decides a key on its
+// own while others decide it on its shards, which would admit up to twice
+// the limit. See global.Redis's MarkShards and
+// ChargeAtLeast for the contract.
+type ShardDirectory interface {
+	// MarkShards marks key as split into shards for ttl, or renews the
+	// mark, and returns the shard count in force. While marked, a
+	// StrictDecider's Allow on key answers with Decision.Shards.
+	MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error)
+	// ChargeAtLeast makes key show at least used spent; charging twice
+	// charges once.
+	ChargeAtLeast(ctx context.Context, key string, limit fleet.Limit, used int64) error
+	// AllowShard and ChargeShardAtLeast are Allow and ChargeAtLeast on
+	// one of key's shards (fleet.ShardsOf), a name no user key reaches.
+	AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (fleet.Decision, error)
+	ChargeShardAtLeast(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, used int64) error
+}
+
+// LeaseShardDirectory records, for the whole fleet, which Hybrid keys
+// lease from shards in the store, and moves what was spent across a
+// split or a merge. See global.Redis's methods for the
+// contract. The Syncer's lease answers for a marked key carry
+// fleet.Grant.Shards.
+type LeaseShardDirectory interface {
+	// MarkLeaseShards marks key's leases as split into shards until ttl
+	// from now, or extends a standing mark to at least that (with shards
+	// 0, only extends), and returns the shard count in force and how
+	// long the mark stands: 0 once it has ended and awaits its merge.
+	MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit fleet.Limit) (int, time.Duration, error)
+	// LeaseShardMark returns key's mark: its shard count (0 if none) and
+	// how long it stands (0 once it has ended).
+	LeaseShardMark(ctx context.Context, key string) (int, time.Duration, error)
+	// EndLeaseShards drops key's mark if it has ended, once key has been
+	// charged with what its shards spent.
+	EndLeaseShards(ctx context.Context, key string) (bool, error)
+	// LeaseUsed returns what the lease states of key's shards show
+	// spent, summed; the zero Shard is key itself.
+	LeaseUsed(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit) (int64, error)
+	// ChargeLeasesAtLeast makes the lease state of each of key's shards
+	// (the zero Shard: key itself) show at least used spent; charging
+	// twice charges once. Nodes not seen for three intervals are
+	// forgotten first.
+	ChargeLeasesAtLeast(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit, used int64, interval time.Duration) error
+}
