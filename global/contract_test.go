@@ -11,7 +11,7 @@ import (
 // which names no backend (so that a program that syncs by gossip links
 // no Redis client: TestGossipOnlyLinksNoRedis).
 var (
-	_ fleet.Syncer               = (*global.Redis)(nil)
+	_ fleet.Syncer              = (*global.Redis)(nil)
 	_ store.StrictDecider       = (*global.Redis)(nil)
 	_ store.StrictCharger       = (*global.Redis)(nil)
 	_ store.ShardDirectory      = (*global.Redis)(nil)
