@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -35,29 +36,6 @@ type Syncer interface {
 	Sync(ctx context.Context, req *Request) (*Response, error)
 }
 
-// Algorithm is the global limit's algorithm.
-type Algorithm int
-
-const (
-	// TokenBucket refills Limit tokens per Window continuously, up to
-	// Burst.
-	TokenBucket Algorithm = iota
-	// SlidingWindow admits at most Limit per sliding Window, estimated from
-	// the current and previous aligned windows' counts.
-	SlidingWindow
-)
-
-// String returns the algorithm's name.
-func (a Algorithm) String() string {
-	switch a {
-	case TokenBucket:
-		return "tokenbucket"
-	case SlidingWindow:
-		return "slidingwindow"
-	}
-	return fmt.Sprintf("Algorithm(%d)", int(a))
-}
-
 // MaxLimit is the largest Limit.Limit and Limit.Burst, and the most that
 // Usage.Consumed and Usage.Demand count: 2^53, the largest count Redis's
 // Lua numbers (doubles) hold exactly.
@@ -65,7 +43,10 @@ const MaxLimit = 1 << 53
 
 // Limit is a key's fleet-wide limit.
 type Limit struct {
-	Algorithm Algorithm
+	// Algorithm is local.TokenBucket or local.SlidingWindow: the two a
+	// fleet shares (a fixed window or a log of every request is for one
+	// node alone).
+	Algorithm local.Algorithm
 	// Limit is how many requests the whole fleet may make per Window.
 	Limit int64
 	// Window is the period of Limit.
@@ -78,8 +59,8 @@ type Limit struct {
 // Validate reports the first field of l that is out of range.
 func (l Limit) Validate() error {
 	switch {
-	case l.Algorithm != TokenBucket && l.Algorithm != SlidingWindow:
-		return fmt.Errorf("fleet: Limit.Algorithm %d is not a known algorithm", int(l.Algorithm))
+	case l.Algorithm != local.TokenBucket && l.Algorithm != local.SlidingWindow:
+		return fmt.Errorf("fleet: Limit.Algorithm is %v; a fleet shares TokenBucket or SlidingWindow", l.Algorithm)
 	case l.Limit < 1 || l.Limit > MaxLimit:
 		return fmt.Errorf("fleet: Limit.Limit is %d; it must be between 1 and MaxLimit (%d)", l.Limit, int64(MaxLimit))
 	case l.Window < time.Millisecond:
@@ -93,7 +74,7 @@ func (l Limit) Validate() error {
 // Capacity is what l's bucket holds: Burst for a TokenBucket that sets
 // it, else Limit.
 func (l Limit) Capacity() int64 {
-	if l.Algorithm == TokenBucket && l.Burst > 0 {
+	if l.Algorithm == local.TokenBucket && l.Burst > 0 {
 		return l.Burst
 	}
 	return l.Limit

@@ -10,7 +10,7 @@ import "time"
 type Decision struct {
 	Allowed    bool
 	Remaining  int64
-	RetryAfter time.Duration // zero when allowed; -1 if the cost can never be admitted
+	RetryAfter time.Duration // zero when allowed; local.Never if the cost can never be admitted
 	ResetAfter time.Duration
 
 	// Shards, when not zero, says that nothing was decided: the key is

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestCharge checks Redis.Charge on real Redis, for both algorithms: a
@@ -22,7 +23,7 @@ func TestCharge(t *testing.T) {
 	srv := redistest.StartServer(t)
 	r := newSyncer(t, srv.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
 			lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Hour}
 			key := "charge-" + alg.String()

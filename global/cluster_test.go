@@ -15,6 +15,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // pipelineCounter counts pipelines sent to each Redis node: one pipeline
@@ -117,7 +118,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("leases on every master", func(t *testing.T) {
-		lim := fleet.Limit{Algorithm: fleet.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}
+		lim := fleet.Limit{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}
 		var wg sync.WaitGroup
 		var spent atomic.Int64
 		for m, keys := range byMaster {

@@ -15,6 +15,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -91,10 +92,10 @@ func TestCorruptStrictState(t *testing.T) {
 	marks = append(marks, corruption{"shards without a ttl", func(ctx context.Context, c *redis.Client, key string) error {
 		return c.Set(ctx, global.RedisKeyForTest("hl:", key, "shards"), "4", 0).Err()
 	}})
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
 		state := corruptions([]string{"tat"}, false, set("gcra"))
-		if alg == fleet.SlidingWindow {
+		if alg == local.SlidingWindow {
 			state = corruptions([]string{"w", "cur", "prev"}, false, hset("sw"))
 		}
 		for i, bad := range append(marks, state...) {
@@ -153,11 +154,11 @@ func TestCorruptLeaseState(t *testing.T) {
 	for _, f := range []string{"n", "until"} {
 		mark = append(mark, corruption{"only " + f, hset("lshards")(f, now)})
 	}
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
 		state := corruptions([]string{"tokens"}, true, hset("lease"))
 		state = append(state, corruptions([]string{"ts"}, false, hset("lease"))...)
-		if alg == fleet.SlidingWindow {
+		if alg == local.SlidingWindow {
 			state = corruptions([]string{"w", "cur", "prev"}, false, hset("lease"))
 		}
 		state = append(state, corruption{"a string", func(ctx context.Context, c *redis.Client, key string) error {
@@ -218,7 +219,7 @@ func TestCorruptSeriesFields(t *testing.T) {
 	c := s.Client(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
 		for i, bad := range []map[string]string{
 			{"k:n": "5", "c:n": "1152921504606846976"},

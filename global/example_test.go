@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // A node's sync: report what it spent since the last one and what it
@@ -67,7 +68,7 @@ func ExampleRedis_Allow() {
 		log.Fatal(err)
 	}
 	d, err := syncer.Allow(context.Background(), "login:alice",
-		fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 5, Window: time.Minute}, 1)
+		fleet.Limit{Algorithm: local.SlidingWindow, Limit: 5, Window: time.Minute}, 1)
 	switch {
 	case err != nil:
 		// Redis unreachable (ErrUnreachable) or the key's state corrupt

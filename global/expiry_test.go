@@ -12,6 +12,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestLeaseStateExpiry checks that a key's lease state outlives its
@@ -25,7 +26,7 @@ func TestLeaseStateExpiry(t *testing.T) {
 	c := s.Client(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	lim := fleet.Limit{Algorithm: fleet.TokenBucket, Limit: 100, Window: time.Second}
+	lim := fleet.Limit{Algorithm: local.TokenBucket, Limit: 100, Window: time.Second}
 	ttl := 2*time.Second + 10*time.Second + time.Millisecond // sync1's interval is 1 s
 	state := global.RedisKeyForTest("hl:", "expiry", "lease")
 	pttl := func() time.Duration {

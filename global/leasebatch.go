@@ -10,6 +10,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
+	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -335,7 +336,7 @@ func (r *Redis) leaseItem(interval int64, u fleet.Usage) (leaseItem, error) {
 		return leaseItem{}, err
 	}
 	alg, steps := 0, 1
-	if u.Limit.Algorithm == fleet.SlidingWindow {
+	if u.Limit.Algorithm == local.SlidingWindow {
 		alg = 1
 	}
 	if u.Shard != (fleet.Shard{}) {

@@ -13,6 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // scriptCalls is how many script calls s ran since its stats were reset.
@@ -35,7 +36,7 @@ func TestLeaseBatchKeysFailAlone(t *testing.T) {
 	for i := range 200 {
 		lim := fleet.Limit{Limit: 1000, Window: time.Second}
 		if i%2 == 1 {
-			lim.Algorithm = fleet.SlidingWindow
+			lim.Algorithm = local.SlidingWindow
 		}
 		req.Keys = append(req.Keys, fleet.Usage{Key: fmt.Sprint("k", i), Limit: lim, Consumed: 1, Demand: 10})
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // MarkShards records, for the whole fleet, that key's strict decisions go
@@ -200,7 +201,7 @@ func (r *Redis) leaseStateCalls(script *redis.Script, key string, shards []fleet
 	}
 	window := micros(limit.Window)
 	sw := "0"
-	if limit.Algorithm == fleet.SlidingWindow {
+	if limit.Algorithm == local.SlidingWindow {
 		sw = "1"
 	}
 	// A charged state outlives two windows and a minute, as a lease

@@ -19,6 +19,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // Defaults for the zero fields of a RedisConfig.
@@ -202,7 +203,7 @@ func (r *Redis) keyBase(key string, shard fleet.Shard) (string, error) {
 // strict state, with n as the last argument, answering reply numbers;
 // keyBase is key's.
 func strictCall(base string, limit fleet.Limit, n int64, gcra, sw *redis.Script, reply int) scriptCall {
-	if limit.Algorithm == fleet.TokenBucket {
+	if limit.Algorithm == local.TokenBucket {
 		return scriptCall{gcra, []string{base + "gcra"}, []any{limit.Limit, micros(limit.Window), limit.Capacity(), n}, reply, 0}
 	}
 	return scriptCall{sw, []string{base + "sw"}, []any{limit.Limit, micros(limit.Window), n}, reply, 0}

@@ -19,6 +19,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 func newSyncer(t testing.TB, c redis.UniversalClient) *global.Redis {
@@ -153,8 +154,8 @@ func TestLeaseConcurrencySingleNode(t *testing.T) {
 	s := redistest.StartServer(t)
 	c := s.DeadlineClient(t)
 	for _, lim := range []fleet.Limit{
-		{Algorithm: fleet.TokenBucket, Limit: 2000, Window: time.Second, Burst: 300},
-		{Algorithm: fleet.TokenBucket, Limit: 50, Window: time.Second, Burst: 10},
+		{Algorithm: local.TokenBucket, Limit: 2000, Window: time.Second, Burst: 300},
+		{Algorithm: local.TokenBucket, Limit: 50, Window: time.Second, Burst: 10},
 	} {
 		spent := leaseStress(t, c, fmt.Sprintf("stress-%d", lim.Limit), lim, 1500*time.Millisecond)
 		assert.Greater(t, spent, lim.Burst, "the fleet should spend more than one burst in 1.5s")
@@ -166,7 +167,7 @@ func TestLeaseSlidingWindowBound(t *testing.T) {
 	s := redistest.StartServer(t)
 	c := s.DeadlineClient(t)
 	r := newSyncer(t, c)
-	lim := fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 100, Window: time.Hour}
+	lim := fleet.Limit{Algorithm: local.SlidingWindow, Limit: 100, Window: time.Hour}
 	var wg sync.WaitGroup
 	var total atomic.Int64
 	for n := range 8 {
@@ -194,8 +195,8 @@ func TestLeaseReturned(t *testing.T) {
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
 	for _, lim := range []fleet.Limit{
-		{Algorithm: fleet.TokenBucket, Limit: 100, Window: time.Hour},
-		{Algorithm: fleet.SlidingWindow, Limit: 100, Window: time.Hour},
+		{Algorithm: local.TokenBucket, Limit: 100, Window: time.Hour},
+		{Algorithm: local.SlidingWindow, Limit: 100, Window: time.Hour},
 	} {
 		key := "ret-" + lim.Algorithm.String()
 		sync := func(node string, consumed, demand int64) fleet.Grant {
@@ -289,8 +290,8 @@ func TestStrictSeedBurst(t *testing.T) {
 		lim  fleet.Limit
 		want int
 	}{
-		{fleet.Limit{Algorithm: fleet.TokenBucket, Limit: 100, Window: time.Minute, Burst: 120}, 120},
-		{fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 100, Window: time.Minute}, 100},
+		{fleet.Limit{Algorithm: local.TokenBucket, Limit: 100, Window: time.Minute, Burst: 120}, 120},
+		{fleet.Limit{Algorithm: local.SlidingWindow, Limit: 100, Window: time.Minute}, 100},
 	} {
 		admitted := 0
 		start := time.Now()
@@ -309,7 +310,7 @@ func TestStrictSeedBurst(t *testing.T) {
 	d, err := r.Allow(context.Background(), "too-big", fleet.Limit{Limit: 5, Window: time.Second}, 6)
 	require.NoError(t, err)
 	assert.False(t, d.Allowed)
-	assert.Equal(t, time.Duration(-1), d.RetryAfter)
+	assert.Equal(t, local.Never, d.RetryAfter)
 }
 
 // TestScriptFlush: SCRIPT FLUSH in the middle of traffic loses no
@@ -395,7 +396,7 @@ func TestMemoryPerKey(t *testing.T) {
 	r := newSyncer(t, c)
 	ctx := context.Background()
 	lim := fleet.Limit{Limit: 1000, Window: time.Minute}
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		lim.Algorithm = alg
 		key := "mem-" + alg.String()
 		for n := range 4 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // The scripts check every value they read back from Redis (storedNum),
@@ -30,7 +31,7 @@ func leaseBound(u *fleet.Usage) int64 {
 // u: nothing unless u asked for a paced SlidingWindow lease, and the two
 // together within the limit.
 func pacedBound(u *fleet.Usage, lease int64) int64 {
-	if !u.Paced || u.Limit.Algorithm != fleet.SlidingWindow {
+	if !u.Paced || u.Limit.Algorithm != local.SlidingWindow {
 		return 0
 	}
 	return max(0, leaseBound(u)-lease)
@@ -129,7 +130,7 @@ func (r *Redis) decisionOf(key string, limit fleet.Limit, v []int64) (fleet.Deci
 	case d.Allowed && v[2] != 0:
 		return fleet.Decision{}, r.corrupt(key, "the store admitted a request with a retry after %d µs", v[2])
 	case v[2] < 0:
-		d.RetryAfter = -1
+		d.RetryAfter = local.Never
 	default:
 		d.RetryAfter = durationOf(v[2])
 	}

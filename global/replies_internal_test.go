@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestRepliesChecked feeds the reply readers what a script of another
@@ -59,7 +60,7 @@ func TestRepliesChecked(t *testing.T) {
 	// A paced sliding window lease: the lease and its paced part within
 	// the limit, paced over at most a window, and over some time.
 	pu := u
-	pu.Paced, pu.Limit.Algorithm = true, fleet.SlidingWindow
+	pu.Paced, pu.Limit.Algorithm = true, local.SlidingWindow
 	paced := append([]int64(nil), ok...)
 	paced[10], paced[11] = 90, 200_000
 	g, err = r.grantOf(pu, paced)
@@ -126,7 +127,7 @@ func FuzzReplies(f *testing.F) {
 		}
 		u := fleet.Usage{Key: "k", Limit: lim, Demand: max(0, demand)}
 		if limit%2 != 0 { // a paced sliding window
-			u.Limit.Algorithm, u.Paced = fleet.SlidingWindow, true
+			u.Limit.Algorithm, u.Paced = local.SlidingWindow, true
 		}
 		v := make([]int64, 12)
 		for i := range v {

@@ -12,6 +12,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -24,7 +25,7 @@ func TestReportsIdempotent(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
 		key := "series-" + alg.String()
 		steps := []struct {
@@ -110,7 +111,7 @@ func TestLateReportKeepsLease(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
 		key := "late-" + alg.String()
 		// The later report, applied first: 20 spent, 600 leased.

@@ -13,6 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // itself is the key itself, as the shard the lease calls take.
@@ -93,7 +94,7 @@ func TestMarkShards(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		key := "marked-" + alg.String()
 		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
 		d, err := r.Allow(ctx, key, lim, 1)
@@ -132,7 +133,7 @@ func TestChargeAtLeast(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Hour}
 		for _, tc := range []struct {
 			name    string
@@ -197,7 +198,7 @@ func TestLeaseShardMark(t *testing.T) {
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
 	const ttl = 300 * time.Millisecond
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		key := "lease-marked-" + alg.String()
 		lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
 		g := sync1(t, r, "a", key, lim, 0, 100)
@@ -273,7 +274,7 @@ func TestLeaseUsedAndCharge(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
 		for _, tc := range []struct {
 			name    string
@@ -331,7 +332,7 @@ func TestChargeForgetsStaleNodes(t *testing.T) {
 	s := redistest.StartServer(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		key := "forget-" + alg.String()
 		lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: time.Hour}
 		require.Equal(t, int64(100), sync1(t, r, "old", key, lim, 0, 100).Lease)

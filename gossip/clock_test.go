@@ -11,6 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // jumpy is a manual clock whose wall time can jump while its monotonic
@@ -30,7 +31,7 @@ func (c *jumpy) Now() time.Time { return c.Manual.Now().Add(c.ahead) }
 // leased the whole limit again.
 func TestWallClockJumpOpensNothing(t *testing.T) {
 	t.Parallel()
-	for _, alg := range []fleet.Algorithm{fleet.SlidingWindow, fleet.TokenBucket} {
+	for _, alg := range []local.Algorithm{local.SlidingWindow, local.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
 			t.Parallel()
 			clk := &jumpy{Manual: clock.NewManual(time.Unix(1_800_000_000, 0))}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestCore runs two Cores, carrying their updates by hand: what one counts
@@ -23,7 +24,7 @@ func TestCore(t *testing.T) {
 	require.NoError(t, err)
 	a.Join("b")
 	b.Join("a")
-	lim := fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 100, Window: time.Minute}
+	lim := fleet.Limit{Algorithm: local.SlidingWindow, Limit: 100, Window: time.Minute}
 	req := func(consumed, demand int64) *fleet.Request {
 		return &fleet.Request{Node: "x", Interval: 100 * time.Millisecond, Keys: []fleet.Usage{{Key: "k", Limit: lim, Consumed: consumed, Demand: demand}}}
 	}

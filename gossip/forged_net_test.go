@@ -15,6 +15,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestForgedPackets sends a live two-node fleet the packets of issue 19,
@@ -46,7 +47,7 @@ func TestForgedPackets(t *testing.T) {
 			now := time.Now()
 			ms := uint64(now.UnixMilli())
 			later := uint64(now.Add(time.Hour).UnixNano()) // an incarnation above node-2's
-			bucket := fleet.Limit{Algorithm: fleet.TokenBucket, Limit: 1000, Burst: 1000, Window: time.Second}
+			bucket := fleet.Limit{Algorithm: local.TokenBucket, Limit: 1000, Burst: 1000, Window: time.Second}
 			forged := [][]byte{
 				// 1: seq 0 made a zero window, and gc divided by it (stamp 0 now).
 				gossip.Forge(gossip.KindUpdate, "node-2", later, gossip.Forged{Key: "k", Window: window.Window}),
@@ -93,7 +94,7 @@ func TestForgedPackets(t *testing.T) {
 // run, its lease stood 10 s, and node-2 dropped out of node-1's view.
 func forgeAhead(t *testing.T, secret []byte, a, b *gossip.Gossip) {
 	t.Helper()
-	lim := fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: 2 * time.Second}
+	lim := fleet.Limit{Algorithm: local.SlidingWindow, Limit: 1000, Window: 2 * time.Second}
 	require.Eventually(t, func() bool {
 		sync(t, b, "x", lim, 0, 10)
 		return sync(t, a, "x", lim, 0, 10).Nodes == 2

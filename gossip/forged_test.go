@@ -13,13 +13,14 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // The forged-state tests: bytes a member of the fleet, or anyone on an
 // unkeyed one, can send about another node. Each arrives through the
 // decoder, as it would off the network.
 
-var tb = fleet.Limit{Algorithm: fleet.TokenBucket, Limit: 1000, Burst: 1000, Window: time.Second}
+var tb = fleet.Limit{Algorithm: local.TokenBucket, Limit: 1000, Burst: 1000, Window: time.Second}
 
 // swEntry is node's honest entry for key "k" under sw at at.
 func swEntry(at instant, cur, seq uint64) entry {

@@ -9,12 +9,13 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // fuzzLimits are the policies FuzzMergeSync syncs its key under.
 var fuzzLimits = []fleet.Limit{
-	{Algorithm: fleet.TokenBucket, Limit: 1000, Burst: 100, Window: time.Second},
-	{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: time.Second},
+	{Algorithm: local.TokenBucket, Limit: 1000, Burst: 100, Window: time.Second},
+	{Algorithm: local.SlidingWindow, Limit: 1000, Window: time.Second},
 }
 
 // fuzzSeed is a state message about key "k" from origin, as a peer
@@ -54,7 +55,7 @@ func FuzzMergeSync(f *testing.F) {
 		tab := testTable()
 		tab.join("p", "")
 		burst := lim.Burst
-		if lim.Algorithm != fleet.TokenBucket || burst == 0 {
+		if lim.Algorithm != local.TokenBucket || burst == 0 {
 			burst = lim.Limit
 		}
 		check := func(g fleet.Grant) {

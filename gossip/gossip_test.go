@@ -11,11 +11,12 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // window is a sliding window long enough that a count does not fade
 // during a test: Used then reads back what was consumed.
-var window = fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: time.Hour}
+var window = fleet.Limit{Algorithm: local.SlidingWindow, Limit: 1000, Window: time.Hour}
 
 func sync(t *testing.T, g *gossip.Gossip, key string, lim fleet.Limit, consumed, demand int64) fleet.Grant {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // Granting: a node's Sync, answered from the table.
@@ -34,7 +35,7 @@ func (t *table) sync(u *fleet.Usage, interval time.Duration, shares fleet.Shares
 	k := t.keyFor(xxh3.HashString(u.Key), true)
 	ms := uint64(lim.Window / time.Millisecond)
 	burst := lim.Burst
-	if lim.Algorithm != fleet.TokenBucket || burst == 0 {
+	if lim.Algorithm != local.TokenBucket || burst == 0 {
 		burst = lim.Limit
 	}
 	B := float64(burst)
@@ -51,7 +52,7 @@ func (t *table) sync(u *fleet.Usage, interval time.Duration, shares fleet.Shares
 	if first {
 		l = &use{limit: lim, levelAt: now.mono, meterAt: now.mono, meter: -1}
 		k.local = l
-		if lim.Algorithm == fleet.TokenBucket {
+		if lim.Algorithm == local.TokenBucket {
 			l.level = B - t.used(k, ms, ep, frac)
 		}
 	}
@@ -84,13 +85,13 @@ func (t *table) sync(u *fleet.Usage, interval time.Duration, shares fleet.Shares
 	others := 0.0
 	for i := range k.peers {
 		c := &k.peers[i]
-		if leaseStands(c, now) && (lim.Algorithm == fleet.TokenBucket || c.e.epoch == ep) {
+		if leaseStands(c, now) && (lim.Algorithm == local.TokenBucket || c.e.epoch == ep) {
 			// No live peer holds more than the whole policy.
 			others += min(float64(c.e.reserved), float64(max(burst, lim.Limit)))
 		}
 	}
 	switch lim.Algorithm {
-	case fleet.TokenBucket:
+	case local.TokenBucket:
 		// The last lease, while it stands, left the bucket when it was
 		// granted, as the Redis scripts take it: what refilled since
 		// fills the bucket beside it, and what of it went unspent comes
@@ -133,7 +134,7 @@ func (t *table) sync(u *fleet.Usage, interval time.Duration, shares fleet.Shares
 		remaining = saturate(free - float64(lease))
 		used = B - l.level
 		resetAfter = time.Duration(saturate((B - l.level) / perNs))
-	case fleet.SlidingWindow:
+	case local.SlidingWindow:
 		used = t.used(k, ms, ep, frac)
 		free := float64(lim.Limit) - used - others
 		meter := w*float64(lim.Limit) - own.estimate(ep, frac)

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // Merging what the network says. No message carries its sender's
@@ -153,7 +153,7 @@ func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
 		return newer
 	}
 	c.e = next
-	if u := k.local; u != nil && u.limit.Algorithm == fleet.TokenBucket && delta > 0 {
+	if u := k.local; u != nil && u.limit.Algorithm == local.TokenBucket && delta > 0 {
 		u.level -= float64(delta)
 	}
 	return newer

@@ -13,6 +13,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 var t0 = instant{mono: int64(time.Hour), wall: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()}
@@ -24,7 +25,7 @@ func testTable() *table {
 	return newTable("self", 1, &cfg)
 }
 
-var sw = fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: time.Hour}
+var sw = fleet.Limit{Algorithm: local.SlidingWindow, Limit: 1000, Window: time.Hour}
 
 // update is a one-entry message from origin.
 func updateFrom(origin string, inc uint64, e entry) *message {

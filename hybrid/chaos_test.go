@@ -73,7 +73,7 @@ func TestRedisOutage(t *testing.T) {
 	// A day-long window with room to spare: nothing rolls out or is
 	// refused, so Redis's count is exactly what was reported.
 	count := hybrid.Policy{Name: "count", Prefix: "count:", Algorithm: local.SlidingWindow, Limit: 1 << 30, Window: 24 * time.Hour}
-	countLimit := fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1 << 30, Window: 24 * time.Hour}
+	countLimit := fleet.Limit{Algorithm: local.SlidingWindow, Limit: 1 << 30, Window: 24 * time.Hour}
 
 	for _, fault := range []string{"kill", "blackhole"} {
 		t.Run(fault, func(t *testing.T) {

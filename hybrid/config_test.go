@@ -52,7 +52,7 @@ func TestConfigErrors(t *testing.T) {
 		{"breaker", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Breaker: partition.BreakerConfig{Cooldown: -1}}, "Config.Breaker: partition: BreakerConfig.Cooldown"},
 		{"ladder", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Ladder: partition.LadderConfig{Floor: 2}}, "Config.Ladder: partition: LadderConfig.Floor"},
 		{"ladder steps", hybrid.Config{Policies: []hybrid.Policy{ok}, Syncer: s, Ladder: partition.LadderConfig{Steps: manySteps(fleet.MaxFallbackSteps + 1)}}, "Config.Ladder.Steps has 17 steps"},
-		{"strict no decider", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Mode: hybrid.Strict, Limit: 1, Window: time.Second}}, Syncer: s}, "implements StrictDecider"},
+		{"strict no decider", hybrid.Config{Policies: []hybrid.Policy{{Name: "p", Mode: hybrid.Strict, Limit: 1, Window: time.Second}}, Syncer: s}, "decides single requests"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

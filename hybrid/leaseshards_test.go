@@ -250,7 +250,7 @@ func TestLeaseShardAccounting(t *testing.T) {
 	for _, l := range left {
 		require.NoError(t, l.Close())
 	}
-	used, err := redisSyncer(t, s).LeaseUsed(context.Background(), st.key, []fleet.Shard{{}}, fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: p.Limit, Window: p.Window})
+	used, err := redisSyncer(t, s).LeaseUsed(context.Background(), st.key, []fleet.Shard{{}}, fleet.Limit{Algorithm: local.SlidingWindow, Limit: p.Limit, Window: p.Window})
 	require.NoError(t, err)
 	// A lease is sized for an interval at the node's rate, with
 	// headroom, and an early sync adds to it; while the key is far under

@@ -151,7 +151,7 @@ func New(cfg Config) (*Limiter, error) {
 			return nil, cfgerr.Wrap(ErrInvalidConfig, fmt.Errorf("hybrid: Config.Policies[%d]: Name %q is used twice", i, p.Name))
 		}
 		pol := &policy{Policy: p, limit: lim, capacity: p.Limit, perSec: float64(p.Limit) / p.Window.Seconds()}
-		pol.paced = p.Mode == Hybrid && lim.Algorithm == fleet.SlidingWindow
+		pol.paced = p.Mode == Hybrid && lim.Algorithm == local.SlidingWindow
 		if p.Algorithm == local.TokenBucket {
 			pol.capacity = p.Burst
 		}

@@ -122,7 +122,7 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 		d := Decision{limit: k.pol.capacity, remaining: max(0, g.Remaining), resetAfter: max(0, g.ResetAfter)}
 		switch {
 		case g.Allowed:
-		case g.RetryAfter < 0:
+		case g.RetryAfter == Never:
 			d.retryAfter = Never
 		case g.RetryAfter > 0:
 			d.retryAfter = g.RetryAfter

@@ -170,13 +170,7 @@ func checkPolicy(i int, p *Policy, syncer fleet.Syncer) (fleet.Limit, error) {
 	if p.Mode == Local {
 		return fleet.Limit{}, nil
 	}
-	var alg fleet.Algorithm
-	switch p.Algorithm {
-	case local.TokenBucket:
-		alg = fleet.TokenBucket
-	case local.SlidingWindow:
-		alg = fleet.SlidingWindow
-	default:
+	if p.Algorithm != local.TokenBucket && p.Algorithm != local.SlidingWindow {
 		return fleet.Limit{}, fmt.Errorf("%s: Algorithm %v is local only; a %v policy takes TokenBucket or SlidingWindow", at, p.Algorithm, p.Mode)
 	}
 	if p.Window < time.Millisecond {
@@ -191,7 +185,7 @@ func checkPolicy(i int, p *Policy, syncer fleet.Syncer) (fleet.Limit, error) {
 	if _, ok := syncer.(store.StrictDecider); p.Mode == Strict && !ok {
 		return fleet.Limit{}, fmt.Errorf("%s: Mode Strict needs a Config.Syncer that decides single requests, as global.Redis does; %T does not", at, syncer)
 	}
-	lim := fleet.Limit{Algorithm: alg, Limit: p.Limit, Window: p.Window, Burst: p.Burst}
+	lim := fleet.Limit{Algorithm: p.Algorithm, Limit: p.Limit, Window: p.Window, Burst: p.Burst}
 	if err := lim.Validate(); err != nil {
 		return fleet.Limit{}, fmt.Errorf("%s: %w", at, err)
 	}

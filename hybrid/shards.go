@@ -8,6 +8,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/sketch"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // A hot Strict key is split into shards in Redis: Config.HotKeyShards
@@ -56,7 +57,7 @@ const minShardedIntervals = 10
 func splitLimit(limit fleet.Limit, n int) (per fleet.Limit, capacity int64) {
 	per = limit
 	per.Limit = max(1, limit.Limit/int64(n))
-	if limit.Algorithm != fleet.TokenBucket {
+	if limit.Algorithm != local.TokenBucket {
 		return per, per.Limit
 	}
 	burst := limit.Burst

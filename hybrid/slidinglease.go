@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // A sliding window's lease is counted in the window it is granted in: it
@@ -147,7 +148,7 @@ func (k *keyState) grantPaced(raw uint32, lease, paced int64, pacedFor time.Dura
 // stripes, and a key leased from shards sums several stores' grants;
 // both take unpaced leases).
 func (k *keyState) paced() bool {
-	return k.pol.limit.Algorithm == fleet.SlidingWindow && k.stripes.Load() == nil && k.lshards == nil
+	return k.pol.limit.Algorithm == local.SlidingWindow && k.stripes.Load() == nil && k.lshards == nil
 }
 
 // endPace drops from k's word what its pace has not released by now, and
@@ -195,7 +196,7 @@ func (k *keyState) pacedOf(g *fleet.Grant, lease int64, cut bool) int64 {
 // next window (real Redis under -race: up to 12 over a limit of 1,000 in
 // an aligned window). A token bucket's lease has no edge.
 func (l *Limiter) leaseEdge(p *policy, sent, lease int64, g *fleet.Grant) int64 {
-	if p.limit.Algorithm != fleet.SlidingWindow || lease == 0 || g.ResetAfter <= 0 {
+	if p.limit.Algorithm != local.SlidingWindow || lease == 0 || g.ResetAfter <= 0 {
 		return math.MaxInt64
 	}
 	return sent + int64(g.ResetAfter-p.Window)

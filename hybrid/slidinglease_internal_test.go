@@ -9,11 +9,12 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // pacedKey is a Hybrid sliding window key, as the hot path sees it.
 func pacedKey() *keyState {
-	return &keyState{pol: &policy{paced: true, limit: fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: time.Second}}}
+	return &keyState{pol: &policy{paced: true, limit: fleet.Limit{Algorithm: local.SlidingWindow, Limit: 1000, Window: time.Second}}}
 }
 
 // takeAll takes one at a time at now until the key refuses, and returns

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -152,7 +153,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, now int64, equal bo
 	}
 	stale := 3 * interval
 	keep := stale + min(lim.Window.Microseconds(), 100*interval)
-	tb := lim.Algorithm == fleet.TokenBucket
+	tb := lim.Algorithm == local.TokenBucket
 	if n := len(fallback); tb && n > 0 {
 		grace := fallback[n-1].Until
 		if grace == 0 && n > 1 {
@@ -200,7 +201,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, now int64, equal bo
 	}
 
 	g := fleet.Grant{TTL: time.Duration(2*interval) * time.Microsecond, Nodes: count, Weight: math.Floor(weight*1e6) / 1e6}
-	if lim.Algorithm == fleet.TokenBucket {
+	if lim.Algorithm == local.TokenBucket {
 		rate := float64(lim.Limit) / window
 		if math.IsNaN(st.tokens) {
 			st.tokens, st.ts = burst, now

@@ -13,6 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -64,7 +65,7 @@ func TestStoreMatchesRedis(t *testing.T) {
 		}},
 	}
 	for _, seq := range sequences {
-		for _, alg := range []fleet.Algorithm{fleet.TokenBucket, fleet.SlidingWindow} {
+		for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 			for _, shares := range []fleet.Shares{fleet.DemandWeighted, fleet.Equal} {
 				key := fmt.Sprintf("%s-%v-%v", seq.name, alg, shares)
 				lim := fleet.Limit{Algorithm: alg, Limit: 1000, Window: 24 * time.Hour}
@@ -159,7 +160,7 @@ func TestStoreMatchesRedisPaced(t *testing.T) {
 	client := srv.DeadlineClient(t)
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
 	require.NoError(t, err)
-	lim := fleet.Limit{Algorithm: fleet.SlidingWindow, Limit: 1000, Window: time.Second}
+	lim := fleet.Limit{Algorithm: local.SlidingWindow, Limit: 1000, Window: time.Second}
 	// Start 100 ms into a window, so that the next is a known time away.
 	now, err := client.Time(context.Background()).Result()
 	require.NoError(t, err)

@@ -44,9 +44,9 @@ func TestArrowsPointDown(t *testing.T) {
 	allowed := map[string][]string{
 		"local":     {"internal/clock", "internal/cfgerr", "internal/sketch"},
 		"partition": {"internal/cfgerr"},
-		"fleet":     {"partition", "internal/redisslot"},
-		"global":    {"fleet", "partition", "internal/cfgerr", "internal/redisslot"},
-		"gossip":    {"fleet", "partition", "internal/cfgerr", "internal/clock"},
+		"fleet":     {"local", "partition", "internal/redisslot"},
+		"global":    {"fleet", "local", "partition", "internal/cfgerr", "internal/redisslot"},
+		"gossip":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock"},
 		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch", "internal/store"},
 		"httplimit": {"hybrid", "fleet", "local", "partition", "internal/cfgerr"},
 		"metrics":   {"hybrid", "fleet", "partition"},
