@@ -410,7 +410,7 @@ func TestMemoryPerKey(t *testing.T) {
 		_, err := r.Allow(ctx, key, lim, 500)
 		require.NoError(t, err)
 	}
-	for _, k := range []string{"hl:{mem-tokenbucket}:lease", "hl:{mem-slidingwindow}:lease", "hl:{mem-tokenbucket}:gcra", "hl:{mem-slidingwindow}:sw"} {
+	for _, k := range []string{"hl:{mem-gcra}:lease", "hl:{mem-slidingwindow}:lease", "hl:{mem-gcra}:gcra", "hl:{mem-slidingwindow}:sw"} { // keys named by local.Algorithm.String
 		n, err := c.MemoryUsage(ctx, k).Result()
 		require.NoError(t, err, k)
 		t.Logf("MEMORY USAGE %s = %d bytes", k, n)

@@ -22,30 +22,30 @@ import (
 // failure to start. The message names the field and what it must be.
 var ErrInvalidConfig = errors.New("hybrid: invalid Config")
 
-// Defaults for Config's optional fields.
+// Defaults for Config's optional fields, which its field comments state.
 const (
-	// DefaultInterval is how often a node syncs with its fleet.
-	DefaultInterval = 100 * time.Millisecond
-	// DefaultStrictTimeout bounds one Strict decision's round trip.
-	DefaultStrictTimeout = 50 * time.Millisecond
-	// DefaultMaxKeys caps the keys a Limiter tracks.
-	DefaultMaxKeys = local.DefaultMaxKeys
-	// DefaultMaxKeyLen is the longest key accepted, in bytes.
-	DefaultMaxKeyLen = local.DefaultMaxKeyLen
-	// DefaultIdleTimeout is how long a key goes without requests before
+	// defaultInterval is how often a node syncs with its fleet.
+	defaultInterval = 100 * time.Millisecond
+	// defaultStrictTimeout bounds one Strict decision's round trip.
+	defaultStrictTimeout = 50 * time.Millisecond
+	// defaultMaxKeys caps the keys a Limiter tracks.
+	defaultMaxKeys = local.DefaultMaxKeys
+	// defaultMaxKeyLen is the longest key accepted, in bytes.
+	defaultMaxKeyLen = local.DefaultMaxKeyLen
+	// defaultIdleTimeout is how long a key goes without requests before
 	// its lease is returned and it is forgotten.
-	DefaultIdleTimeout = 10 * time.Second
-	// DefaultHotKeyRate is the rate per node at which a key's lease is
+	defaultIdleTimeout = 10 * time.Second
+	// defaultHotKeyRate is the rate per node at which a key's lease is
 	// striped: where one atomic word starts to cost the cores that share
 	// it more than the stripes cost a sync.
-	DefaultHotKeyRate = 50_000
-	// DefaultHotKeyShards is how many Redis keys a hot Strict key is
+	defaultHotKeyRate = 50_000
+	// defaultHotKeyShards is how many Redis keys a hot Strict key is
 	// split into: a multiple of 2, 3, 4 and 6 masters.
-	DefaultHotKeyShards = 12
-	// DefaultHotLeaseSyncs is the fleet's lease syncs per second on one
+	defaultHotKeyShards = 12
+	// defaultHotLeaseSyncs is the fleet's lease syncs per second on one
 	// Hybrid key at which the key is split into Redis shards: 200 nodes
-	// syncing it every DefaultInterval.
-	DefaultHotLeaseSyncs = 2_000
+	// syncing it every defaultInterval.
+	defaultHotLeaseSyncs = 2_000
 )
 
 // Config describes a Limiter. The zero value of every optional field means
@@ -107,7 +107,7 @@ type Config struct {
 
 	// Interval is how often the node syncs with the fleet, give or take a
 	// tenth of it in random jitter so nodes spread their calls. Default
-	// DefaultInterval; at least a millisecond. Longer intervals mean fewer
+	// 100ms; at least a millisecond. Longer intervals mean fewer
 	// fleet operations and a larger overshoot bound: see docs/tuning.md.
 	Interval time.Duration
 
@@ -119,7 +119,7 @@ type Config struct {
 	SyncTimeout time.Duration
 
 	// StrictTimeout bounds one Strict decision's round trip. Default
-	// DefaultStrictTimeout.
+	// 50ms.
 	StrictTimeout time.Duration
 
 	// Shares is how a key's quota is split between nodes. Default
@@ -131,7 +131,7 @@ type Config struct {
 	// IdleTimeout is how long a key may go without requests before the
 	// node hands its lease back and forgets it; while the Limiter tracks
 	// more than three quarters of MaxKeys, two Intervals. Default
-	// DefaultIdleTimeout; at least two Intervals.
+	// 10s; at least two Intervals.
 	IdleTimeout time.Duration
 
 	// MaxKeys caps the keys the Limiter tracks; past it, a new key gets
@@ -141,18 +141,18 @@ type Config struct {
 	// sends in three or four Intervals; size MaxKeys above that. Each
 	// Local policy holds up to MaxKeys keys besides, and, unless Resolve
 	// is set, forgets them as local.Limiter does (once a key's bucket is
-	// full again). Default DefaultMaxKeys.
+	// full again). Default 1,048,576 (2^20).
 	MaxKeys int
 
 	// MaxKeyLen is the longest key accepted, in bytes. Default
-	// DefaultMaxKeyLen.
+	// 256.
 	MaxKeyLen int
 
 	// HotKeyRate is the rate, in requests per second offered to this
 	// node, at which a Hybrid key's lease is split over HotKeyStripes
 	// stripes, so that the cores admitting it do not all contend for one
 	// atomic word; it merges back below half that rate. Default
-	// DefaultHotKeyRate; negative never splits. See docs/hotkeys.md.
+	// 50,000; negative never splits. See docs/hotkeys.md.
 	HotKeyRate float64
 
 	// HotKeyStripes is how many stripes a hot key's lease is split over.
@@ -168,7 +168,7 @@ type Config struct {
 	// into, each with its part of the limit, so that its round trips
 	// spread over a Redis Cluster's masters (a multiple of their number
 	// spreads them evenly), and the most a hot Hybrid key's leases are
-	// split into (see HotLeaseSyncs). Default DefaultHotKeyShards; 1
+	// split into (see HotLeaseSyncs). Default 12; 1
 	// never shards.
 	// A node does not split a limit under 10 per shard. Sharding needs a
 	// Syncer that keeps a directory of sharded keys, as global.Redis does,
@@ -184,7 +184,7 @@ type Config struct {
 	// that no one master runs every node's lease script for the key. The
 	// rate is estimated as the active nodes times this node's syncs of the
 	// key per second; the key merges back once every node finds it below
-	// half that. Default DefaultHotLeaseSyncs; negative never splits.
+	// half that. Default 2,000; negative never splits.
 	// Like HotKeyShards it needs a Syncer that keeps a directory of
 	// sharded keys (global.Redis), and every node follows a split the
 	// fleet made, whatever its own setting. See
@@ -192,9 +192,9 @@ type Config struct {
 	HotLeaseSyncs float64
 
 	// ManualSync, if set, starts no background goroutine: the caller
-	// drives every sync with SyncOnce, as tests and the simulator do, and
-	// runs the early syncs that keys ask for (EarlyWanted) with
-	// SyncEarly.
+	// drives every sync with SyncOnce, as tests do. No early sync runs
+	// then: a key whose lease runs low waits for the caller's next
+	// SyncOnce.
 	ManualSync bool
 
 	// Clock is the time source. Default: the system clock, or in a
@@ -217,9 +217,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.Interval == 0:
-		c.Interval = DefaultInterval
+		c.Interval = defaultInterval
 	case c.Interval < time.Millisecond:
-		return c, fmt.Errorf("hybrid: Config.Interval is %v; it must be at least 1ms (or 0 for the default %v)", c.Interval, DefaultInterval)
+		return c, fmt.Errorf("hybrid: Config.Interval is %v; it must be at least 1ms (or 0 for the default %v)", c.Interval, defaultInterval)
 	}
 	switch {
 	case c.SyncTimeout == 0:
@@ -229,33 +229,33 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.StrictTimeout == 0:
-		c.StrictTimeout = DefaultStrictTimeout
+		c.StrictTimeout = defaultStrictTimeout
 	case c.StrictTimeout < 0:
-		return c, fmt.Errorf("hybrid: Config.StrictTimeout is %v; it must be positive (or 0 for the default %v)", c.StrictTimeout, DefaultStrictTimeout)
+		return c, fmt.Errorf("hybrid: Config.StrictTimeout is %v; it must be positive (or 0 for the default %v)", c.StrictTimeout, defaultStrictTimeout)
 	}
 	if c.Shares != fleet.DemandWeighted && c.Shares != fleet.Equal {
 		return c, fmt.Errorf("hybrid: Config.Shares %d is not a known strategy", int(c.Shares))
 	}
 	switch {
 	case c.IdleTimeout == 0:
-		c.IdleTimeout = max(DefaultIdleTimeout, 2*c.Interval)
+		c.IdleTimeout = max(defaultIdleTimeout, 2*c.Interval)
 	case c.IdleTimeout < 2*c.Interval:
 		return c, fmt.Errorf("hybrid: Config.IdleTimeout is %v; it must be at least two Intervals (%v)", c.IdleTimeout, 2*c.Interval)
 	}
 	switch {
 	case c.MaxKeys == 0:
-		c.MaxKeys = DefaultMaxKeys
+		c.MaxKeys = defaultMaxKeys
 	case c.MaxKeys < 0:
-		return c, fmt.Errorf("hybrid: Config.MaxKeys is %d; it must be positive (or 0 for the default %d)", c.MaxKeys, DefaultMaxKeys)
+		return c, fmt.Errorf("hybrid: Config.MaxKeys is %d; it must be positive (or 0 for the default %d)", c.MaxKeys, defaultMaxKeys)
 	}
 	if c.MaxKeyLen < 0 {
-		return c, fmt.Errorf("hybrid: Config.MaxKeyLen is %d; it must be positive (or 0 for the default %d)", c.MaxKeyLen, DefaultMaxKeyLen)
+		return c, fmt.Errorf("hybrid: Config.MaxKeyLen is %d; it must be positive (or 0 for the default %d)", c.MaxKeyLen, defaultMaxKeyLen)
 	}
 	// The default is lowered to what the fleet takes; a length set by
 	// hand the fleet would refuse is an error.
 	defaulted := c.MaxKeyLen == 0
 	if defaulted {
-		c.MaxKeyLen = DefaultMaxKeyLen
+		c.MaxKeyLen = defaultMaxKeyLen
 	}
 	for _, f := range []struct {
 		name string
@@ -294,15 +294,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.HotKeyRate == 0:
-		c.HotKeyRate = DefaultHotKeyRate
+		c.HotKeyRate = defaultHotKeyRate
 	case math.IsNaN(c.HotKeyRate):
-		return c, fmt.Errorf("hybrid: Config.HotKeyRate is NaN; give a rate in requests per second (or 0 for the default %d)", DefaultHotKeyRate)
+		return c, fmt.Errorf("hybrid: Config.HotKeyRate is NaN; give a rate in requests per second (or 0 for the default %d)", defaultHotKeyRate)
 	}
 	switch {
 	case c.HotLeaseSyncs == 0:
-		c.HotLeaseSyncs = DefaultHotLeaseSyncs
+		c.HotLeaseSyncs = defaultHotLeaseSyncs
 	case math.IsNaN(c.HotLeaseSyncs):
-		return c, fmt.Errorf("hybrid: Config.HotLeaseSyncs is NaN; give a rate in syncs per second (or 0 for the default %d)", DefaultHotLeaseSyncs)
+		return c, fmt.Errorf("hybrid: Config.HotLeaseSyncs is NaN; give a rate in syncs per second (or 0 for the default %d)", defaultHotLeaseSyncs)
 	}
 	switch {
 	case c.HotKeyStripes == 0:
@@ -315,9 +315,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.HotKeyShards == 0:
-		c.HotKeyShards = DefaultHotKeyShards
+		c.HotKeyShards = defaultHotKeyShards
 	case c.HotKeyShards < 0 || c.HotKeyShards > fleet.MaxShards:
-		return c, fmt.Errorf("hybrid: Config.HotKeyShards is %d; it must be between 1 and %d (or 0 for the default %d)", c.HotKeyShards, fleet.MaxShards, DefaultHotKeyShards)
+		return c, fmt.Errorf("hybrid: Config.HotKeyShards is %d; it must be between 1 and %d (or 0 for the default %d)", c.HotKeyShards, fleet.MaxShards, defaultHotKeyShards)
 	}
 	if c.Breaker.Failures == 0 {
 		c.Breaker.Failures = partition.DefaultFailures

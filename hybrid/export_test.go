@@ -1,5 +1,10 @@
 package hybrid
 
+import (
+	"context"
+	"time"
+)
+
 // NodesOf is how many active nodes key's last grant on l reported; 0 if
 // l does not track key or has had no grant for it.
 func NodesOf(l *Limiter, key string) int {
@@ -12,3 +17,12 @@ func NodesOf(l *Limiter, key string) int {
 	defer l.syncMu.Unlock()
 	return k.nodes
 }
+
+// DefaultHotKeyShards is Config.HotKeyShards's default, for the tests
+// that count a hot key's shards.
+const DefaultHotKeyShards = defaultHotKeyShards
+
+// SyncEarly and EarlyGap are the simulator's early-sync hooks
+// (internal/manual), for the tests that drive early syncs.
+func (l *Limiter) SyncEarly(ctx context.Context) error { return l.syncWaiting(ctx) }
+func (l *Limiter) EarlyGap() time.Duration             { return l.minGap() }

@@ -115,7 +115,7 @@ func (l *Limiter) syncCut(ctx context.Context, cut []*keyState, how syncKind) er
 	defer func() { s.cutOnly = false }()
 	if how != closing { // closing is the last chance: SyncTimeout
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, min(l.cfg.SyncTimeout, max(8*time.Duration(s.rtt), l.EarlyGap())))
+		ctx, cancel = context.WithTimeout(ctx, min(l.cfg.SyncTimeout, max(8*time.Duration(s.rtt), l.minGap())))
 		defer cancel()
 	}
 	for i := 0; i < len(cut); i += s.chunk {

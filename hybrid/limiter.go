@@ -418,10 +418,10 @@ func (l *Limiter) askEarly(k *keyState) {
 	}
 }
 
-// EarlyWanted reports whether a key whose lease runs low has asked for an
+// earlyWanted reports whether a key whose lease runs low has asked for an
 // early sync. The background loop runs early syncs by itself; with
-// Config.ManualSync the caller runs them with SyncEarly.
-func (l *Limiter) EarlyWanted() bool { return len(l.early) > 0 }
+// Config.ManualSync nothing does, but the simulator (internal/manual).
+func (l *Limiter) earlyWanted() bool { return len(l.early) > 0 }
 
 // Len returns the number of keys the Limiter tracks, those its Local
 // policies hold included.

@@ -383,13 +383,12 @@ func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
 	_ = l.earlyRound(ctx, k)
 }
 
-// EarlyGap is the least time between two syncs of a key: a quarter
+// minGap is the least time between two syncs of a key: a quarter
 // interval or 10 ms, whichever is shorter. The background loop waits it
-// out before an early sync; a ManualSync caller (the simulator) should
-// too.
-func (l *Limiter) EarlyGap() time.Duration { return min(l.cfg.Interval/4, 10*time.Millisecond) }
+// out before an early sync; the simulator does too.
+func (l *Limiter) minGap() time.Duration { return min(l.cfg.Interval/4, 10*time.Millisecond) }
 
-func (l *Limiter) earlyGap() int64 { return int64(l.EarlyGap()) }
+func (l *Limiter) earlyGap() int64 { return int64(l.minGap()) }
 
 // gapOf is the least time between two syncs of k: EarlyGap, or a quarter
 // of the window for a key whose window is no longer than the interval and
@@ -402,11 +401,11 @@ func (l *Limiter) gapOf(k *keyState) int64 {
 	return l.earlyGap()
 }
 
-// SyncEarly syncs at once the keys that asked for an early sync, except
+// syncWaiting syncs at once the keys that asked for an early sync, except
 // those synced less than a quarter interval (or 10 ms) ago, which may ask
 // again. The background loop does this by itself; with Config.ManualSync
-// the caller does, when EarlyWanted says so.
-func (l *Limiter) SyncEarly(ctx context.Context) error {
+// nothing does, but the simulator (internal/manual).
+func (l *Limiter) syncWaiting(ctx context.Context) error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	return l.earlyBatch(ctx, nil)

@@ -13,6 +13,6 @@
 // the same Result, byte for byte.
 //
 // Early syncs, which a live Limiter starts when a lease runs low, run as
-// the live loop runs them: when a key asks (Limiter.EarlyWanted), once a
+// the live loop runs them: when a key asks (internal/manual), once a
 // quarter interval (at most 10 ms) has passed since the node's last sync.
 package sim

@@ -12,6 +12,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/manual"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -168,7 +169,7 @@ func (e *engine) join(i int) error {
 	l, err := hybrid.New(hybrid.Config{
 		Node: nodeName(i), Policies: []hybrid.Policy{e.pol},
 		Syncer: fleet, Interval: e.cfg.Interval, Shares: e.cfg.Shares,
-		ManualSync: true, Clock: e.clk, MaxKeys: max(hybrid.DefaultMaxKeys, 2*len(e.keys)),
+		ManualSync: true, Clock: e.clk, MaxKeys: max(local.DefaultMaxKeys, 2*len(e.keys)),
 	})
 	if err != nil {
 		return err
@@ -358,10 +359,10 @@ func (e *engine) arrive(ev *event) {
 // the request has just created has no gap to wait (the live loop syncs
 // it at once): its sync is not held back by the node's last one.
 func (e *engine) askEarly(n *node, created bool) {
-	if !n.l.EarlyWanted() {
+	if !manual.EarlyWanted(n.l) {
 		return
 	}
-	at := max(e.now, n.synced+int64(n.l.EarlyGap()))
+	at := max(e.now, n.synced+int64(manual.EarlyGap(n.l)))
 	if created {
 		at = e.now
 	}
@@ -383,7 +384,7 @@ func (e *engine) early(i int) {
 		return
 	}
 	n.synced = e.now
-	e.call(n, func() { _ = n.l.SyncEarly(context.Background()) })
+	e.call(n, func() { _ = manual.SyncEarly(n.l, context.Background()) })
 }
 
 // sync starts node i's regular sync and schedules the next. If a sync is

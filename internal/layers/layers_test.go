@@ -40,14 +40,14 @@ func TestGossipOnlyLinksNoRedis(t *testing.T) {
 // against the layering: which of the module's packages each may import.
 func TestArrowsPointDown(t *testing.T) {
 	t.Parallel()
-	helpers := []string{"internal/cfgerr", "internal/clock", "internal/proc", "internal/redisslot", "internal/sketch"}
+	helpers := []string{"internal/cfgerr", "internal/clock", "internal/manual", "internal/proc", "internal/redisslot", "internal/sketch"}
 	allowed := map[string][]string{
 		"local":     {"internal/clock", "internal/cfgerr", "internal/sketch"},
 		"partition": {"internal/cfgerr"},
 		"fleet":     {"local", "partition", "internal/redisslot"},
 		"global":    {"fleet", "local", "partition", "internal/cfgerr", "internal/redisslot"},
 		"gossip":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock"},
-		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch", "internal/store"},
+		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch", "internal/store", "internal/manual"},
 		"httplimit": {"hybrid", "fleet", "local", "partition", "internal/cfgerr"},
 		"metrics":   {"hybrid", "fleet", "partition"},
 	}
