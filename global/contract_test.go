@@ -16,4 +16,5 @@ var (
 	_ store.StrictCharger       = (*global.Redis)(nil)
 	_ store.ShardDirectory      = (*global.Redis)(nil)
 	_ store.LeaseShardDirectory = (*global.Redis)(nil)
+	_ store.Census              = (*global.Redis)(nil)
 )

@@ -183,6 +183,15 @@ type Member struct {
 	Addr string
 }
 
+// Census returns how many members this node sees live, itself
+// included: the fleet's size, for a node that has not yet heard it from
+// a key (hybrid shares a new key's first burst, and a Strict policy's
+// fail-static bucket, by it). node and horizon are ignored: memberlist
+// keeps the membership.
+func (g *Gossip) Census(_ context.Context, _ string, _ time.Duration) (int, error) {
+	return len(g.peers()) + 1, nil
+}
+
 // Members returns the fleet's live members as this node sees them,
 // itself included, sorted by name.
 func (g *Gossip) Members() []Member {

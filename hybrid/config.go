@@ -94,15 +94,16 @@ type Config struct {
 	// partition.DefaultSteps (1 until 5s, 0.5 until 1m, then 0.25).
 	Ladder partition.LadderConfig
 
-	// FleetSize is how many nodes this node assumes share each quota when
-	// no grant has told it better: when it must decide alone, as a Strict
-	// policy must when the fleet is unreachable and no Hybrid key ever
-	// synced, and for a new Hybrid key's starter credit, the capacity
-	// over the fleet's size, which the node may spend before the key's
-	// first sync returns. Default 1 for deciding alone: the whole quota,
-	// which a fleet of Strict-only nodes multiplies during an outage; and
-	// unset for starters, which are then a token or two until some grant
-	// tells the fleet's size. Set it to the fleet's size.
+	// FleetSize is the least number of nodes this node assumes share
+	// each quota: when it must decide alone, as a Strict policy must when
+	// the fleet is unreachable, and for a new Hybrid key's starter credit,
+	// the capacity over the fleet's size, which the node may spend before
+	// the key's first sync returns. The fleet tells its size: every grant
+	// says how many nodes share its key, and a node no grant tells (its
+	// keys all Strict, or none yet) asks its Syncer every ten intervals
+	// when the Syncer keeps a census (global.Redis, gossip.Gossip). Until
+	// then this is the size. Default 1: the whole quota, which a fleet of
+	// nodes that cannot learn their number multiplies during an outage.
 	FleetSize int
 
 	// Interval is how often the node syncs with the fleet, give or take a

@@ -75,6 +75,7 @@ type Limiter struct {
 	strictP  *policy                   // a Strict policy, whose limit probes the store; nil if none
 	dir      store.ShardDirectory      // nil: Strict keys are not sharded
 	ldir     store.LeaseShardDirectory // nil: Hybrid keys never lease from shards
+	census   store.Census              // nil: the fleet's size is learned from leases alone
 
 	keys      sync.Map // string -> *keyState
 	nkeys     atomic.Int64
@@ -126,6 +127,7 @@ func New(cfg Config) (*Limiter, error) {
 		early:  make(chan *keyState, 256),
 	}
 	l.strict, _ = cfg.Syncer.(store.StrictDecider)
+	l.census, _ = cfg.Syncer.(store.Census)
 	if l.strict != nil {
 		l.charger, _ = cfg.Syncer.(store.StrictCharger)
 	}

@@ -32,6 +32,8 @@ type syncState struct {
 	rtt       int64    // the sync round trip, a moving average (ns)
 	pace      pace     // when regular rounds start, and how late: see lateRound
 	cutOnly   bool     // the batch in sync is of keys cut off alone, after the round reached the rest (see syncCut)
+	counted   bool     // a census has answered
+	censusAt  int64    // when the last census was asked for
 }
 
 // mark is what a sync read from a key's counters when it started.
@@ -66,6 +68,7 @@ func (l *Limiter) SyncOnce(ctx context.Context) error {
 	l.tendLeaseShards(ctx, now, batch)
 	err := l.syncRound(ctx, now, batch, regular, l.cfg.Interval)
 	l.chargeStrict(ctx, l.now(), l.syncs.owed, l.syncs.probe, len(batch) > 0)
+	l.countFleet(ctx, l.now(), len(batch) > 0)
 	return err
 }
 

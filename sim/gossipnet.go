@@ -109,6 +109,12 @@ type gossipSyncer struct {
 
 var _ fleet.Syncer = gossipSyncer{}
 
+// Census is what gossip.Gossip.Census answers: the members the node's
+// memberlist counts, itself included.
+func (s gossipSyncer) Census(context.Context, string, time.Duration) (int, error) {
+	return s.e.nodes[s.i].g.members(), nil
+}
+
 func (s gossipSyncer) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
 	n := s.e.nodes[s.i]
 	now := s.e.clk.Now()

@@ -1,7 +1,8 @@
 // Package store names what package hybrid asks of a fleet's store beyond
-// fleet.Syncer: strict decisions and their charges, and the directories
-// of keys split into shards. *global.Redis implements them all (its
-// tests say so); hybrid checks at New which its Syncer has. They are the
+// fleet.Syncer: strict decisions and their charges, the directories of
+// keys split into shards, and a census of the fleet's nodes.
+// *global.Redis implements them all (its tests say so), gossip.Gossip
+// the census; hybrid checks at New which its Syncer has. They are the
 // Redis store's protocol with hybrid, not an API: internal, so that a
 // change to it is no user's breaking change.
 package store
@@ -73,4 +74,12 @@ type LeaseShardDirectory interface {
 	// twice charges once. Nodes not seen for three intervals are
 	// forgotten first.
 	ChargeLeasesAtLeast(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit, used int64, interval time.Duration) error
+}
+
+// Census counts a fleet's live nodes, for a node that learns the fleet's
+// size from no lease.
+type Census interface {
+	// Census registers node as live and returns how many nodes have been
+	// live within horizon, node included.
+	Census(ctx context.Context, node string, horizon time.Duration) (int, error)
 }
