@@ -9,6 +9,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
+	"github.com/hybridlimit/hybridlimit/internal/gossipsim"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -18,9 +19,9 @@ import (
 func TestCore(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	a, err := gossip.NewCore("a", 1, gossip.Config{})
+	a, err := gossipsim.NewCore("a", 1, gossip.Config{})
 	require.NoError(t, err)
-	b, err := gossip.NewCore("b", 1, gossip.Config{})
+	b, err := gossipsim.NewCore("b", 1, gossip.Config{})
 	require.NoError(t, err)
 	a.Join("b")
 	b.Join("a")

@@ -43,7 +43,7 @@ type Gossip struct {
 	every atomic.Int64 // the caller's sync interval, from the last Sync
 
 	mu     sync.Mutex // guards core, joined
-	core   *Core
+	core   *core
 	joined bool // a peer has been a member at some point
 
 	evMu     sync.Mutex

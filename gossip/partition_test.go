@@ -18,6 +18,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/gossipsim"
 	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
@@ -308,7 +309,7 @@ func TestStrangersRefused(t *testing.T) {
 // a memberlist user message with the given credentials.
 func sendRaw(t *testing.T, name string, secret []byte, label, addr, key string) {
 	t.Helper()
-	core, err := gossip.NewCore(name, 1, gossip.Config{})
+	core, err := gossipsim.NewCore(name, 1, gossip.Config{})
 	require.NoError(t, err)
 	_, err = core.Sync(&fleet.Request{Interval: 100 * time.Millisecond,
 		Keys: []fleet.Usage{{Key: key, Limit: window, Consumed: 500, Demand: 1}}}, time.Now())

@@ -3,11 +3,12 @@ package gossip
 import (
 	"cmp"
 	"context"
-	"math"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/hybridlimit/hybridlimit/internal/gossipsim"
 )
 
 // What a Gossip sends and how: a sync's changed keys go out as memberlist
@@ -16,10 +17,10 @@ import (
 
 // budget is UpdateBudget for this node's Config and fleet.
 func (g *Gossip) budget(interval time.Duration) int {
-	return UpdateBudget(g.cfg, int(g.nodes.Load()), interval)
+	return updateBudget(g.cfg, int(g.nodes.Load()), interval)
 }
 
-// UpdateBudget is how many single-key updates memberlist's gossip can
+// updateBudget is how many single-key updates memberlist's gossip can
 // carry per sync interval for a node of c (its Name, Label,
 // GossipInterval, GossipNodes and RetransmitMult; zero ones mean their
 // defaults) in a fleet of nodes: gossip rounds per interval, times
@@ -27,23 +28,15 @@ func (g *Gossip) budget(interval time.Duration) int {
 // transmissions each update takes. A Gossip queues at most this many of
 // a sync's changed keys for gossip and sends the rest in stream batches
 // to every member.
-func UpdateBudget(c Config, nodes int, interval time.Duration) int {
+func updateBudget(c Config, nodes int, interval time.Duration) int {
 	c.GossipInterval = cmp.Or(c.GossipInterval, DefaultGossipInterval)
 	c.GossipNodes = cmp.Or(c.GossipNodes, DefaultGossipNodes)
 	c.RetransmitMult = cmp.Or(c.RetransmitMult, DefaultRetransmitMult)
 	rounds := max(1, int(interval/c.GossipInterval))
 	packet := 1400 - 2 - len(c.Label) - 2 - 64 // header, label, encryption
 	per := packet / (updateOverhead + len(c.Name))
-	transmits := Transmissions(c.RetransmitMult, nodes)
+	transmits := gossipsim.Transmissions(c.RetransmitMult, nodes)
 	return rounds * c.GossipNodes * per / max(1, transmits)
-}
-
-// Transmissions is how many times an update is gossiped in a fleet of
-// nodes before it leaves the queue: mult × ceil(log10(nodes+1)), as
-// memberlist's transmit-limited queue counts them. The simulator sends
-// its updates as often.
-func Transmissions(mult, nodes int) int {
-	return mult * int(math.Ceil(math.Log10(float64(nodes+1))))
 }
 
 // updateOverhead is a single-key update's size less its origin's name,
@@ -85,7 +78,7 @@ type batcher struct {
 	msgs [][]byte
 }
 
-func (b *batcher) add(c *Core, e *entry) {
+func (b *batcher) add(c *core, e *entry) {
 	if len(b.w.b) == 0 {
 		b.w.header(kindUpdate)
 		b.w.section(c.tab.self.name, c.tab.self.inc)

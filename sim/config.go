@@ -51,7 +51,7 @@ type Config struct {
 
 	// Backend is the fleet the nodes sync with: "redis" (default), a
 	// Redis-like store every node reaches in RTT; or "gossip", the gossip
-	// package's own state (gossip.Core) on every node, over a simulated
+	// package's own state (gossipsim.Core) on every node, over a simulated
 	// memberlist that sends what a gossip.Gossip sends as memberlist
 	// does: each GossipInterval a packet of at most 1,400 bytes to each
 	// of GossipFanout random members, filled from a transmit-limited

@@ -3,7 +3,7 @@ package sim
 import (
 	"encoding/binary"
 
-	"github.com/hybridlimit/hybridlimit/gossip"
+	"github.com/hybridlimit/hybridlimit/internal/gossipsim"
 )
 
 // coverage measures how far gossip carries each update: of every (peer,
@@ -46,7 +46,7 @@ func newCoverage(nodes int, epochMs, end int64) *coverage {
 }
 
 // versionOf names origin's update u for sent and heard.
-func (c *coverage) versionOf(origin int, u gossip.Update) version {
+func (c *coverage) versionOf(origin int, u gossipsim.Update) version {
 	return c.version(origin, u.Name, updateStamp(u.Msg))
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
+	"github.com/hybridlimit/hybridlimit/internal/gossipsim"
 )
 
 // The simulated network carries what a Gossip (package gossip) sends over
@@ -87,14 +88,14 @@ func pushPullAfter(n int) int64 {
 // gossipNode is a node's gossip state: the gossip package's Core, its
 // transmit queue, and the members its memberlist knows.
 type gossipNode struct {
-	core   *gossip.Core
+	core   gossipsim.Core
 	q      *txQueue
 	sees   map[int]bool  // live members, as the Core is told
 	dead   map[int]int64 // members declared dead, and when: still gossiped to for 30 s
 	ticks  int
-	budget gossip.Config   // the Config gossip.UpdateBudget reads
-	held   []gossip.Update // this sync round's changed updates (hold)
-	calls  []int           // how many each of its Sync calls changed
+	budget gossip.Config      // the Config gossip.UpdateBudget reads
+	held   []gossipsim.Update // this sync round's changed updates (hold)
+	calls  []int              // how many each of its Sync calls changed
 }
 
 // members is how many members n's memberlist counts, itself included.
@@ -135,7 +136,7 @@ func (s gossipSyncer) Sync(_ context.Context, req *fleet.Request) (*fleet.Respon
 // and dealt back into calls of the same sizes: as many queued and
 // streamed as the Gossip would, chosen by key hash rather than by
 // chance.
-func (e *engine) hold(n *node, ups []gossip.Update) {
+func (e *engine) hold(n *node, ups []gossipsim.Update) {
 	g := n.g
 	if len(g.calls) == 0 {
 		e.at(e.now, func() { e.flushHeld(n) })
@@ -147,7 +148,7 @@ func (e *engine) hold(n *node, ups []gossip.Update) {
 func (e *engine) flushHeld(n *node) {
 	g := n.g
 	held := g.held
-	slices.SortFunc(held, func(a, b gossip.Update) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(held, func(a, b gossipsim.Update) int { return strings.Compare(a.Name, b.Name) })
 	for _, c := range g.calls {
 		if n.active {
 			e.flush(n, held[:c])
@@ -161,12 +162,12 @@ func (e *engine) flushHeld(n *node) {
 // flush is a Gossip's flush: the first UpdateBudget updates join the
 // transmit queue, a newer update of a key replacing the queued one; the
 // rest go in a stream batch to every member.
-func (e *engine) flush(n *node, ups []gossip.Update) {
+func (e *engine) flush(n *node, ups []gossipsim.Update) {
 	if len(ups) == 0 {
 		return
 	}
 	g := n.g
-	budget := gossip.UpdateBudget(g.budget, g.members(), e.cfg.Interval)
+	budget := gossipsim.UpdateBudget(g.budget, g.members(), e.cfg.Interval)
 	k := min(budget, len(ups))
 	for _, u := range ups[:k] {
 		g.q.put(u.Name, u.Msg, e.cov.versionOf(n.i, u))
@@ -178,7 +179,7 @@ func (e *engine) flush(n *node, ups []gossip.Update) {
 
 // stream sends updates in one batch (a Gossip splits at 64 KiB; the
 // bytes are about the same) to every member over a stream, compressed.
-func (e *engine) stream(n *node, ups []gossip.Update) {
+func (e *engine) stream(n *node, ups []gossipsim.Update) {
 	raw := 0
 	for i, u := range ups {
 		pre := entryOffset(u.Msg)
@@ -212,7 +213,7 @@ func (e *engine) stream(n *node, ups []gossip.Update) {
 func (e *engine) gossipJoin(i int) error {
 	// A Gossip's incarnation is a random number under 2^53: 8 bytes in
 	// every message's varint.
-	core, err := gossip.NewCore(nodeName(i), max(e.rng.Uint64()>>11, 1), gossip.Config{})
+	core, err := gossipsim.NewCore(nodeName(i), max(e.rng.Uint64()>>11, 1), gossip.Config{})
 	if err != nil {
 		return err
 	}
@@ -383,7 +384,7 @@ func (e *engine) packet(n *node, j, avail, head, trailer int) bool {
 	g := n.g
 	var items []*queued
 	if avail > perMessage+userMsg {
-		items = g.q.take(perMessage+userMsg, avail, gossip.Transmissions(gossip.DefaultRetransmitMult, g.members()))
+		items = g.q.take(perMessage+userMsg, avail, gossipsim.Transmissions(gossip.DefaultRetransmitMult, g.members()))
 	}
 	if len(items) == 0 && head == 0 {
 		return false
