@@ -46,7 +46,7 @@ func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit fleet.Limit
 }
 
 // ChargeShardAtLeast is ChargeAtLeast on one of key's shards (see
-// ShardsOf): how the shards a key is split into take over what the key
+// fleet.ShardsOf): how the shards a key is split into take over what the key
 // had spent.
 func (r *Redis) ChargeShardAtLeast(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, used int64) error {
 	if err := limit.Validate(); err != nil {
@@ -69,7 +69,7 @@ func (r *Redis) ChargeShardAtLeast(ctx context.Context, key string, shard fleet.
 // MarkLeaseShards marks, for the whole fleet, that key's leases are
 // split into shards: while the mark stands, Sync on key grants nothing,
 // applies none of a report, and answers with Grant.Shards, so that
-// nodes lease from, and report to, ShardsOf(key, n) instead. The mark
+// nodes lease from, and report to, fleet.ShardsOf(key, n) instead. The mark
 // stands until ttl from now, or later if it was already marked for
 // longer (it is never shortened); with shards 0, a mark is only
 // extended, never set. After its end, Sync goes on answering with the

@@ -221,7 +221,7 @@ func (r *Redis) Allow(ctx context.Context, key string, limit fleet.Limit, n int6
 	return r.AllowShard(ctx, key, fleet.Shard{}, limit, n)
 }
 
-// AllowShard is Allow on one of key's shards (see ShardsOf): the part of
+// AllowShard is Allow on one of key's shards (see fleet.ShardsOf): the part of
 // a key split by MarkShards that a request is decided on, against
 // limit, the shard's part of the key's.
 func (r *Redis) AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (fleet.Decision, error) {
