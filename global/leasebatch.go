@@ -54,7 +54,7 @@ const leaseArgs = 11
 // token bucket), limit, window_us, burst, consumed, demand, ttl_ms,
 // series, total (see once), whether the fallback steps are the key's
 // (0 for a shard, which reserves nothing for a silent node), and whether
-// the node paces a sliding window's lease ("1", see Usage.Paced).
+// the node paces a sliding window's lease ("1", see fleet.Usage.Paced).
 // Redis's TIME is read once, for every key.
 //
 // It returns one reply per key it ran, in order: its lease's (see

@@ -183,7 +183,7 @@ end
 // else demand-weighted); steps, the fallback steps (see stepsOf); limit;
 // window_us; burst (unused by the sliding window); consumed; demand;
 // ttl_ms; the report's series and total, rseries and rtotal (see once);
-// and, for the sliding window, paced (see Usage.Paced).
+// and, for the sliding window, paced (see fleet.Usage.Paced).
 //
 // Each returns {lease, lease_ttl_us, used, remaining, nodes,
 // weight*1e6, reset_after_us, now_us, 0, 0, paced, paced_for_us}; or, for a key whose leases

@@ -68,7 +68,7 @@ func (r *Redis) ChargeShardAtLeast(ctx context.Context, key string, shard fleet.
 
 // MarkLeaseShards marks, for the whole fleet, that key's leases are
 // split into shards: while the mark stands, Sync on key grants nothing,
-// applies none of a report, and answers with Grant.Shards, so that
+// applies none of a report, and answers with fleet.Grant.Shards, so that
 // nodes lease from, and report to, fleet.ShardsOf(key, n) instead. The mark
 // stands until ttl from now, or later if it was already marked for
 // longer (it is never shortened); with shards 0, a mark is only

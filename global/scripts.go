@@ -26,7 +26,7 @@ import (
 //	d:<node>          the node's last reported demand
 //	s:<node>          when the node last synced
 //	k:<node>, c:<node> the node's report series and the most its Total
-//	                  has been in it (see Usage.Series)
+//	                  has been in it (see fleet.Usage.Series)
 //
 // A node not seen for stale microseconds stops counting as active; its
 // fields are deleted a while later (see leaseCommon), and its lease, if
