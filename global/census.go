@@ -19,7 +19,7 @@ const maxCensus = 1 << 20
 // (scored by Redis's time, µs), drops those not registered within the
 // horizon, keeps the set for two horizons, and returns how many are
 // left. KEYS[1] the set. ARGV: node, horizon_us. Returns {count}.
-var census = redis.NewScript(`
+var censusScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local horizon = tonumber(ARGV[2])
@@ -36,7 +36,7 @@ return {redis.call('ZCARD', KEYS[1])}
 // whole of it. One small script in one round trip; the fleet's nodes are
 // one sorted set, Config.Prefix + "nodes", which no key's state is named
 // (those names hold a '{').
-func (r *Redis) Census(ctx context.Context, node string, horizon time.Duration) (int, error) {
+func (r redisStore) Census(ctx context.Context, node string, horizon time.Duration) (int, error) {
 	if node == "" || len(node) > r.cfg.MaxKeyLen {
 		return 0, fmt.Errorf("%w: Census's node is %d bytes; it must be 1 to RedisConfig.MaxKeyLen (%d)", fleet.ErrInvalid, len(node), r.cfg.MaxKeyLen)
 	}
@@ -44,7 +44,7 @@ func (r *Redis) Census(ctx context.Context, node string, horizon time.Duration) 
 		return 0, fmt.Errorf("%w: Census's horizon is %v; it must be at least 1ms", fleet.ErrInvalid, horizon)
 	}
 	key := r.cfg.Prefix + "nodes"
-	v, err := r.runOne(ctx, scriptCall{script: census, keys: []string{key}, args: []any{node, micros(horizon)}, reply: 1})
+	v, err := r.runOne(ctx, scriptCall{script: censusScript, keys: []string{key}, args: []any{node, micros(horizon)}, reply: 1})
 	if err != nil {
 		return 0, err
 	}

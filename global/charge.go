@@ -51,7 +51,7 @@ return {1}
 // ErrUnreachable if Redis could not be reached; then none of the charges may be counted,
 // or some may be, and a caller that sends them again risks counting
 // those twice, which refuses, never admits, too much.
-func (r *Redis) Charge(ctx context.Context, charges []fleet.StrictCharge) ([]error, error) {
+func (r redisStore) Charge(ctx context.Context, charges []fleet.StrictCharge) ([]error, error) {
 	errs := make([]error, len(charges))
 	calls := make([]scriptCall, 0, len(charges))
 	idx := make([]int, 0, len(charges))

@@ -1,20 +1,35 @@
 package global_test
 
 import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/internal/store"
 )
 
-// Redis implements the fleet contract and every optional interface
-// hybrid asks of a store. The assertions live here, not in hybrid,
-// which names no backend (so that a program that syncs by gossip links
-// no Redis client: TestGossipOnlyLinksNoRedis).
-var (
-	_ fleet.Syncer              = (*global.Redis)(nil)
-	_ store.StrictDecider       = (*global.Redis)(nil)
-	_ store.StrictCharger       = (*global.Redis)(nil)
-	_ store.ShardDirectory      = (*global.Redis)(nil)
-	_ store.LeaseShardDirectory = (*global.Redis)(nil)
-	_ store.Census              = (*global.Redis)(nil)
-)
+var _ fleet.Syncer = (*global.Redis)(nil)
+
+// TestStoreProtocol: hybrid finds, through store.Of, every optional
+// interface it asks of a store on a Redis, though none is in Redis's
+// public method set. (hybrid names no backend, so that a program that
+// syncs by gossip links no Redis client: TestGossipOnlyLinksNoRedis.)
+func TestStoreProtocol(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	x := store.Of(newSyncer(t, s.DeadlineClient(t)))
+	for name, ok := range map[string]bool{
+		"StrictDecider":       is[store.StrictDecider](x),
+		"StrictCharger":       is[store.StrictCharger](x),
+		"ShardDirectory":      is[store.ShardDirectory](x),
+		"LeaseShardDirectory": is[store.LeaseShardDirectory](x),
+		"Census":              is[store.Census](x),
+	} {
+		assert.True(t, ok, name)
+	}
+}
+
+func is[T any](x any) bool { _, ok := x.(T); return ok }

@@ -1,6 +1,11 @@
 package global
 
-import "github.com/hybridlimit/hybridlimit/fleet"
+import (
+	"context"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
+)
 
 // RedisKeyForTest is the Redis key a Redis with prefix writes for key.
 func RedisKeyForTest(prefix, key, suffix string) string {
@@ -21,4 +26,40 @@ func SetBatchKeysForTest(n int) int {
 	old := batchKeys
 	batchKeys = n
 	return old
+}
+
+// The store protocol's methods (see redisStore), on *Redis for the
+// tests, which call them as hybrid does through store.Of.
+func (r *Redis) AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (fleet.Decision, error) {
+	return redisStore{r}.AllowShard(ctx, key, shard, limit, n)
+}
+func (r *Redis) Census(ctx context.Context, node string, horizon time.Duration) (int, error) {
+	return redisStore{r}.Census(ctx, node, horizon)
+}
+func (r *Redis) Charge(ctx context.Context, charges []fleet.StrictCharge) ([]error, error) {
+	return redisStore{r}.Charge(ctx, charges)
+}
+func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit fleet.Limit, used int64) error {
+	return redisStore{r}.ChargeAtLeast(ctx, key, limit, used)
+}
+func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit, used int64, interval time.Duration) error {
+	return redisStore{r}.ChargeLeasesAtLeast(ctx, key, shards, limit, used, interval)
+}
+func (r *Redis) ChargeShardAtLeast(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, used int64) error {
+	return redisStore{r}.ChargeShardAtLeast(ctx, key, shard, limit, used)
+}
+func (r *Redis) EndLeaseShards(ctx context.Context, key string) (bool, error) {
+	return redisStore{r}.EndLeaseShards(ctx, key)
+}
+func (r *Redis) LeaseShardMark(ctx context.Context, key string) (shards int, left time.Duration, err error) {
+	return redisStore{r}.LeaseShardMark(ctx, key)
+}
+func (r *Redis) LeaseUsed(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit) (int64, error) {
+	return redisStore{r}.LeaseUsed(ctx, key, shards, limit)
+}
+func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit fleet.Limit) (n int, left time.Duration, err error) {
+	return redisStore{r}.MarkLeaseShards(ctx, key, shards, ttl, limit)
+}
+func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error) {
+	return redisStore{r}.MarkShards(ctx, key, shards, ttl)
 }

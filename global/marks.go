@@ -18,7 +18,7 @@ import (
 // the whole key while others decide on its shards, which would admit up
 // to twice the limit. If key is already marked, its shard count stays and
 // only ttl is renewed. MarkShards returns the shard count in force.
-func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error) {
+func (r redisStore) MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error) {
 	if shards < 2 || shards > fleet.MaxShards || ttl < time.Millisecond {
 		return 0, fmt.Errorf("%w: MarkShards needs 2 to MaxShards (%d) shards and a ttl of 1ms or more; got %d, %v", fleet.ErrInvalid, fleet.MaxShards, shards, ttl)
 	}
@@ -26,7 +26,7 @@ func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time
 	if err != nil {
 		return 0, err
 	}
-	v, err := r.runOne(ctx, scriptCall{markShards, []string{marker}, []any{shards, ttl.Milliseconds()}, 1, 0})
+	v, err := r.runOne(ctx, scriptCall{markShardsScript, []string{marker}, []any{shards, ttl.Milliseconds()}, 1, 0})
 	if err != nil {
 		return 0, err
 	}
@@ -41,14 +41,14 @@ func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time
 // is how a key merged back from its shards takes over what they had
 // spent. Unlike Allow, charging twice charges once, so every node of a
 // fleet may charge the same key as it merges back.
-func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit fleet.Limit, used int64) error {
+func (r redisStore) ChargeAtLeast(ctx context.Context, key string, limit fleet.Limit, used int64) error {
 	return r.ChargeShardAtLeast(ctx, key, fleet.Shard{}, limit, used)
 }
 
 // ChargeShardAtLeast is ChargeAtLeast on one of key's shards (see
 // fleet.ShardsOf): how the shards a key is split into take over what the key
 // had spent.
-func (r *Redis) ChargeShardAtLeast(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, used int64) error {
+func (r redisStore) ChargeShardAtLeast(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, used int64) error {
 	if err := limit.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", fleet.ErrInvalid, err)
 	}
@@ -81,7 +81,7 @@ func (r *Redis) ChargeShardAtLeast(ctx context.Context, key string, shard fleet.
 // It returns the shard count in force and how long the mark stands: 0
 // for a mark that has ended and awaits its merge; 0 and 0 if shards is
 // 0 and there was no mark.
-func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit fleet.Limit) (n int, left time.Duration, err error) {
+func (r redisStore) MarkLeaseShards(ctx context.Context, key string, shards int, ttl time.Duration, limit fleet.Limit) (n int, left time.Duration, err error) {
 	switch {
 	case shards == 1 || shards < 0 || shards > fleet.MaxShards || ttl < time.Millisecond:
 		return 0, 0, fmt.Errorf("%w: MarkLeaseShards needs 0, or 2 to MaxShards (%d), shards and a ttl of 1ms or more; got %d, %v", fleet.ErrInvalid, fleet.MaxShards, shards, ttl)
@@ -103,7 +103,7 @@ func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl
 // LeaseShardMark reports key's lease mark (see MarkLeaseShards): its
 // shard count, 0 if there is none, and how long it stands, 0 if it has
 // ended and awaits its merge.
-func (r *Redis) LeaseShardMark(ctx context.Context, key string) (shards int, left time.Duration, err error) {
+func (r redisStore) LeaseShardMark(ctx context.Context, key string) (shards int, left time.Duration, err error) {
 	marker, err := r.redisKey(key, fleet.Shard{}, "lshards")
 	if err != nil {
 		return 0, 0, err
@@ -119,7 +119,7 @@ func (r *Redis) LeaseShardMark(ctx context.Context, key string) (shards int, lef
 // leases from key again: call it once key has been charged with what its
 // shards spent (ChargeLeasesAtLeast with LeaseUsed of the shards). It
 // reports whether key is no longer marked.
-func (r *Redis) EndLeaseShards(ctx context.Context, key string) (bool, error) {
+func (r redisStore) EndLeaseShards(ctx context.Context, key string) (bool, error) {
 	marker, err := r.redisKey(key, fleet.Shard{}, "lshards")
 	if err != nil {
 		return false, err
@@ -136,8 +136,8 @@ func (r *Redis) EndLeaseShards(ctx context.Context, key string) (bool, error) {
 // included, summed: how a key merged back from its shards learns what
 // they had spent. It decides and changes nothing, and takes one round
 // trip per Redis node.
-func (r *Redis) LeaseUsed(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit) (int64, error) {
-	calls, err := r.leaseStateCalls(leaseUsed, key, shards, limit, 0, 0)
+func (r redisStore) LeaseUsed(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit) (int64, error) {
+	calls, err := r.leaseStateCalls(leaseUsedScript, key, shards, limit, 0, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -169,7 +169,7 @@ func (r *Redis) LeaseUsed(ctx context.Context, key string, shards []fleet.Shard,
 // that a node coming back to a state it left long ago reports against
 // no lease (a zero interval forgets nobody). One round trip per Redis
 // node.
-func (r *Redis) ChargeLeasesAtLeast(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit, used int64, interval time.Duration) error {
+func (r redisStore) ChargeLeasesAtLeast(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit, used int64, interval time.Duration) error {
 	if interval < 0 {
 		return fmt.Errorf("%w: ChargeLeasesAtLeast's interval is %v; it must not be negative", fleet.ErrInvalid, interval)
 	}

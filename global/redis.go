@@ -218,13 +218,13 @@ func micros(d time.Duration) int64 { return max(int64(d/time.Microsecond), 1) }
 // shards (MarkShards), Allow decides nothing and says so in
 // Decision.Shards.
 func (r *Redis) Allow(ctx context.Context, key string, limit fleet.Limit, n int64) (fleet.Decision, error) {
-	return r.AllowShard(ctx, key, fleet.Shard{}, limit, n)
+	return redisStore{r}.AllowShard(ctx, key, fleet.Shard{}, limit, n)
 }
 
 // AllowShard is Allow on one of key's shards (see fleet.ShardsOf): the part of
 // a key split by MarkShards that a request is decided on, against
 // limit, the shard's part of the key's.
-func (r *Redis) AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (fleet.Decision, error) {
+func (r redisStore) AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (fleet.Decision, error) {
 	if err := limit.Validate(); err != nil {
 		return fleet.Decision{}, fmt.Errorf("%w: %v", fleet.ErrInvalid, err)
 	}

@@ -158,9 +158,9 @@ if shards then
 end
 `
 
-// markShards: KEYS[1] the shard marker. ARGV: shards, ttl_ms. Keeps a
+// markShardsScript: KEYS[1] the shard marker. ARGV: shards, ttl_ms. Keeps a
 // marker's shard count, renews its ttl. Returns {shards in force}.
-var markShards = redis.NewScript(storedNum + `
+var markShardsScript = redis.NewScript(storedNum + `
 local n = shardCount(redis.call('GET', KEYS[1]), 'the shard mark')
 if n and redis.call('PTTL', KEYS[1]) < 0 then broken('the shard mark has no ttl') end
 n = n or tonumber(ARGV[1])
@@ -329,9 +329,9 @@ else
 end
 `
 
-// leaseUsed: KEYS[1] a lease state hash. ARGV as leaseNow, n unused.
+// leaseUsedScript: KEYS[1] a lease state hash. ARGV as leaseNow, n unused.
 // Returns {used}.
-var leaseUsed = redis.NewScript(storedNum + leaseNow + `
+var leaseUsedScript = redis.NewScript(storedNum + leaseNow + `
 return {used}
 `)
 

@@ -250,7 +250,7 @@ func TestLeaseShardAccounting(t *testing.T) {
 	for _, l := range left {
 		require.NoError(t, l.Close())
 	}
-	used, err := redisSyncer(t, s).LeaseUsed(context.Background(), st.key, []fleet.Shard{{}}, fleet.Limit{Algorithm: local.SlidingWindow, Limit: p.Limit, Window: p.Window})
+	used, err := redisStore(t, s).LeaseUsed(context.Background(), st.key, []fleet.Shard{{}}, fleet.Limit{Algorithm: local.SlidingWindow, Limit: p.Limit, Window: p.Window})
 	require.NoError(t, err)
 	// A lease is sized for an interval at the node's rate, with
 	// headroom, and an early sync adds to it; while the key is far under
@@ -399,12 +399,12 @@ func TestLeaseNewNodeAfterMarkEnds(t *testing.T) {
 	p := hybrid.Policy{Name: "api", Algorithm: local.SlidingWindow, Limit: limit, Window: time.Hour}
 	mk := manualConfig(t, s, p, 1)
 	nodes := fleettest.Limiters(t, 8, mk)
-	store := redisSyncer(t, s)
+	dir := redisStore(t, s)
 	st := &steps{t: t, key: "gap"}
 	// markLeft is the split's mark's time left, and whether it stands
 	// (not yet merged away).
 	markLeft := func() (time.Duration, bool) {
-		n, left, err := store.LeaseShardMark(context.Background(), st.key)
+		n, left, err := dir.LeaseShardMark(context.Background(), st.key)
 		require.NoError(t, err)
 		return left, n > 0
 	}

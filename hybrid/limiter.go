@@ -126,10 +126,10 @@ func New(cfg Config) (*Limiter, error) {
 		byName: make(map[string]*policy, len(cfg.Policies)),
 		early:  make(chan *keyState, 256),
 	}
-	l.strict, _ = cfg.Syncer.(store.StrictDecider)
-	l.census, _ = cfg.Syncer.(store.Census)
+	l.strict, _ = store.Of(cfg.Syncer).(store.StrictDecider)
+	l.census, _ = store.Of(cfg.Syncer).(store.Census)
 	if l.strict != nil {
-		l.charger, _ = cfg.Syncer.(store.StrictCharger)
+		l.charger, _ = store.Of(cfg.Syncer).(store.StrictCharger)
 	}
 	if sized {
 		l.nodesHint.Store(int64(cfg.FleetSize))
@@ -170,8 +170,8 @@ func New(cfg Config) (*Limiter, error) {
 		l.policies = append(l.policies, pol)
 		l.localFirst = l.localFirst || p.Mode == Local && cfg.Resolve == nil
 	}
-	l.dir, _ = cfg.Syncer.(store.ShardDirectory)
-	l.ldir, _ = cfg.Syncer.(store.LeaseShardDirectory)
+	l.dir, _ = store.Of(cfg.Syncer).(store.ShardDirectory)
+	l.ldir, _ = store.Of(cfg.Syncer).(store.LeaseShardDirectory)
 	if l.strict != nil && l.dir != nil && cfg.HotKeyRate > 0 && cfg.HotKeyShards > 1 {
 		for _, p := range l.policies {
 			if p.Mode == Strict {

@@ -182,7 +182,7 @@ func checkPolicy(i int, p *Policy, syncer fleet.Syncer) (fleet.Limit, error) {
 	if syncer == nil {
 		return fleet.Limit{}, fmt.Errorf("%s: Mode %v needs Config.Syncer", at, p.Mode)
 	}
-	if _, ok := syncer.(store.StrictDecider); p.Mode == Strict && !ok {
+	if _, ok := store.Of(syncer).(store.StrictDecider); p.Mode == Strict && !ok {
 		return fleet.Limit{}, fmt.Errorf("%s: Mode Strict needs a Config.Syncer that decides single requests, as global.Redis does; %T does not", at, syncer)
 	}
 	lim := fleet.Limit{Algorithm: p.Algorithm, Limit: p.Limit, Window: p.Window, Burst: p.Burst}

@@ -14,6 +14,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -24,6 +25,20 @@ func redisSyncer(tb testing.TB, s *redistest.Server) *global.Redis {
 	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: s.DeadlineClient(tb), Timeout: time.Second})
 	require.NoError(tb, err)
 	return r
+}
+
+// storeProtocol is what hybrid asks of a Redis beyond the Syncer.
+type storeProtocol interface {
+	store.StrictDecider
+	store.ShardDirectory
+	store.LeaseShardDirectory
+}
+
+// redisStore is redisSyncer as hybrid sees its store protocol
+// (store.Of), for the tests that call it directly.
+func redisStore(tb testing.TB, s *redistest.Server) storeProtocol {
+	tb.Helper()
+	return store.Of(redisSyncer(tb, s)).(storeProtocol)
 }
 
 // fleet starts n Limiters, each with its own Redis client, sharing s.

@@ -283,7 +283,7 @@ func TestStrictShardsFleetWide(t *testing.T) {
 
 	// A loaded machine may not have spent it all: what the shards still
 	// hold may be admitted on top of the rate.
-	r := redisSyncer(t, s)
+	r := redisStore(t, s)
 	per := fleet.Limit{Limit: limit / hybrid.DefaultHotKeyShards, Window: time.Second}
 	left := int64(0)
 	for _, sh := range fleet.ShardsOf("tenant", hybrid.DefaultHotKeyShards) {
@@ -380,7 +380,7 @@ func TestShardNamesUnreachable(t *testing.T) {
 		return hybrid.Config{Node: "n", Syncer: redisSyncer(t, s), Interval: 50 * time.Millisecond, HotKeyRate: -1,
 			Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: limit, Window: time.Minute}}}
 	})[0]
-	n, err := redisSyncer(t, s).MarkShards(context.Background(), victim, hybrid.DefaultHotKeyShards, time.Minute)
+	n, err := redisStore(t, s).MarkShards(context.Background(), victim, hybrid.DefaultHotKeyShards, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, hybrid.DefaultHotKeyShards, n)
 

@@ -29,7 +29,7 @@ func TestShardedStrictOutageCharged(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
 	ctx := context.Background()
-	n, err := redisSyncer(t, srv).MarkShards(ctx, key, hybrid.DefaultHotKeyShards, time.Hour)
+	n, err := redisStore(t, srv).MarkShards(ctx, key, hybrid.DefaultHotKeyShards, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, hybrid.DefaultHotKeyShards, n)
 	clk := clock.NewManual(epoch)

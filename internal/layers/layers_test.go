@@ -45,7 +45,7 @@ func TestArrowsPointDown(t *testing.T) {
 		"local":     {"internal/clock", "internal/cfgerr", "internal/sketch"},
 		"partition": {"internal/cfgerr"},
 		"fleet":     {"local", "partition", "internal/redisslot"},
-		"global":    {"fleet", "local", "partition", "internal/cfgerr", "internal/redisslot"},
+		"global":    {"fleet", "local", "partition", "internal/store", "internal/cfgerr", "internal/redisslot"},
 		"gossip":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/gossipsim"},
 		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch", "internal/store", "internal/manual"},
 		"httplimit": {"hybrid", "fleet", "local", "partition", "internal/cfgerr"},

@@ -1,8 +1,8 @@
 // Package store names what package hybrid asks of a fleet's store beyond
 // fleet.Syncer: strict decisions and their charges, the directories of
 // keys split into shards, and a census of the fleet's nodes.
-// *global.Redis implements them all (its tests say so), gossip.Gossip
-// the census; hybrid checks at New which its Syncer has. They are the
+// *global.Redis offers them all through Of (its tests say so),
+// gossip.Gossip the census; hybrid checks at New which its Syncer has. They are the
 // Redis store's protocol with hybrid, not an API: internal, so that a
 // change to it is no user's breaking change.
 package store
@@ -82,4 +82,26 @@ type Census interface {
 	// Census registers node as live and returns how many nodes have been
 	// live within horizon, node included.
 	Census(ctx context.Context, node string, horizon time.Duration) (int, error)
+}
+
+// lookups are the packages' ways to find a Syncer's store protocol when
+// it is not in the Syncer's method set; see Register.
+var lookups []func(fleet.Syncer) any
+
+// Register adds a way to find what s offers beyond fleet.Syncer: f
+// returns it, or nil if s is not of f's package. A package whose Syncer
+// keeps its store protocol out of its public method set (global.Redis)
+// registers at init.
+func Register(f func(s fleet.Syncer) any) { lookups = append(lookups, f) }
+
+// Of returns what s offers beyond fleet.Syncer, for a type assertion to
+// this package's interfaces: what a registered package found for s, or
+// s itself.
+func Of(s fleet.Syncer) any {
+	for _, f := range lookups {
+		if v := f(s); v != nil {
+			return v
+		}
+	}
+	return s
 }
