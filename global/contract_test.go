@@ -7,8 +7,8 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/internal/store"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 )
 
 var _ fleet.Syncer = (*global.Redis)(nil)

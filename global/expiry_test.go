@@ -11,7 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 

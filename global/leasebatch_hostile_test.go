@@ -13,8 +13,8 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
-	"github.com/hybridlimit/hybridlimit/internal/faultnet"
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 )
 
 // crowd writes into the state of each of keys nodes other live nodes,

@@ -11,8 +11,8 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
-	"github.com/hybridlimit/hybridlimit/internal/faultnet"
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 )
 
 // TestLostReplyNotRetried: a connection breaks after Redis ran a sync's

@@ -11,8 +11,8 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
-	"github.com/hybridlimit/hybridlimit/internal/faultnet"
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 )
 
 // oneKey is a request for one key, as a node's first sync sends it.

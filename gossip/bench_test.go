@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
-	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/gossiptest"
 )
 
 // BenchmarkGossipBytes measures what a node of a five-node fleet sends,

@@ -16,7 +16,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
-	"github.com/hybridlimit/hybridlimit/internal/faultnet"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
 )
 
 // headless is a DNS name as a Kubernetes headless service publishes it:

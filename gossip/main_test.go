@@ -3,7 +3,7 @@ package gossip_test
 import (
 	"testing"
 
-	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/gossiptest"
 )
 
 // TestMain fails the package if any goroutine outlives the tests: every

@@ -13,7 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/gossip"
-	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/gossiptest"
 )
 
 // partitioned returns how long g has been on a split's minority side, by

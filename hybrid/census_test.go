@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/faultnet"
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 )
 
 // TestStrictFleetSizeCounted: three nodes whose keys are all Strict, with

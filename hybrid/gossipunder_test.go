@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/fleettest"
-	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/gossiptest"
 )
 
 // TestGossipUnderLimit is TestUnderLimitRefusals over real memberlist

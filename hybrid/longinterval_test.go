@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/fleettest"
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 )
 
 // TestLongIntervalBursts drives a fleet of 4 over real Redis with a sync

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 

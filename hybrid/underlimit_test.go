@@ -15,9 +15,9 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/faultnet"
-	"github.com/hybridlimit/hybridlimit/internal/fleettest"
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 

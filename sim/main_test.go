@@ -3,8 +3,8 @@ package sim_test
 import (
 	"testing"
 
-	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/gossiptest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 )
 
 // TestMain fails the package if a goroutine outlives the tests: a run must

@@ -21,7 +21,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/httplimit"
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/faultnet"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
 	"github.com/hybridlimit/hybridlimit/partition"
 	"github.com/hybridlimit/hybridlimit/sim"
 )

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/hybridlimit/hybridlimit/internal/gossiptest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/gossiptest"
 )
 
 // TestMain fails the package if a goroutine outlives the tests: the fleet

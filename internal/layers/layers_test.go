@@ -37,7 +37,9 @@ func TestGossipOnlyLinksNoRedis(t *testing.T) {
 }
 
 // TestArrowsPointDown checks every package's imports (tests aside)
-// against the layering: which of the module's packages each may import.
+// against the layering: which of the module's packages each may import,
+// and that only tests, harnesses and commands import the harnesses of
+// internal/testkit.
 func TestArrowsPointDown(t *testing.T) {
 	t.Parallel()
 	helpers := []string{"internal/cfgerr", "internal/clock", "internal/manual", "internal/proc", "internal/redisslot", "internal/sketch"}
@@ -65,6 +67,9 @@ func TestArrowsPointDown(t *testing.T) {
 				continue
 			}
 			imp = strings.TrimPrefix(imp, module)
+			if !strings.HasPrefix(pkg, "internal/testkit/") && !strings.HasPrefix(pkg, "cmd/") { // the demo cuts its network with faultnet
+				assert.False(t, strings.HasPrefix(imp, "internal/testkit/"), "%s imports the test harness %s", pkg, imp)
+			}
 			if !strings.HasPrefix(pkg, "cmd/") { // the demo runs the simulator
 				assert.NotEqual(t, "sim", imp, "%s imports the simulator", pkg)
 			}

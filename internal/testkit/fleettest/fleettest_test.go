@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 

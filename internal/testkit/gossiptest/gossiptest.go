@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/gossip"
-	"github.com/hybridlimit/hybridlimit/internal/faultnet"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
 )
 
 // Cluster is a fleet of gossip nodes in this process.
