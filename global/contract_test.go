@@ -1,6 +1,7 @@
 package global_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,3 +34,27 @@ func TestStoreProtocol(t *testing.T) {
 }
 
 func is[T any](x any) bool { _, ok := x.(T); return ok }
+
+// wrapped is a user's Syncer around a Redis, say to count its calls.
+type wrapped struct{ r *global.Redis }
+
+func (w wrapped) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, error) {
+	return w.r.Sync(ctx, req)
+}
+func (w wrapped) Unwrap() fleet.Syncer { return w.r }
+
+// TestStoreProtocolUnwrap: a Syncer that wraps a Redis and says so
+// (Unwrap) offers what the Redis does.
+func TestStoreProtocolUnwrap(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	x := store.Of(wrapped{newSyncer(t, s.DeadlineClient(t))})
+	assert.True(t, is[store.StrictDecider](x))
+	assert.True(t, is[store.LeaseShardDirectory](x))
+	assert.False(t, is[store.StrictDecider](store.Of(wrappedBare{})), "no Unwrap, no Redis")
+}
+
+// wrappedBare is a Syncer that does not say what it wraps.
+type wrappedBare struct{}
+
+func (wrappedBare) Sync(context.Context, *fleet.Request) (*fleet.Response, error) { return nil, nil }

@@ -5,24 +5,33 @@ import (
 	"time"
 )
 
-// censusEvery is how many intervals apart a node that learns its fleet's
-// size from no lease asks the fleet for it; a node not heard from for
-// three times as long stops counting.
+// censusEvery is how many intervals apart a node registers with its
+// fleet's census (store.Census).
 const censusEvery = 10
 
-// countFleet asks the fleet's store how many nodes are live
-// (store.Census), when no lease of this round said (no Hybrid key synced:
-// a node whose keys are all Strict, or that has none yet), at most every
-// censusEvery intervals, and takes the answer as the fleet's size, never
-// below Config.FleetSize. That size is what a Strict key's fail-static
-// bucket and a new key's starter credit are shared by: with FleetSize
-// left at 1, every node of a Strict-only fleet spent the whole limit
-// during an outage (TestStrictFleetSizeCounted: 3 nodes admitted 3 times
-// the limit). A census that fails changes nothing: the breaker hears of
-// the fleet from the syncs and decisions. Sync loop only.
+// censusHorizon is how long a node that stopped registering still counts:
+// three registrations at the node's interval, and at least 30 s, so that
+// the nodes of a fleet whose intervals differ all count each other while
+// every interval is under 3 s (a node registers every ten of its own).
+func (l *Limiter) censusHorizon() time.Duration {
+	return max(time.Duration(3*censusEvery)*l.cfg.Interval, 30*time.Second)
+}
+
+// countFleet registers this node with the fleet's census every
+// censusEvery intervals, and, when no lease of this round told the
+// fleet's size (no Hybrid key synced: a node whose keys are all Strict,
+// or that has none yet), takes the census's count as the fleet's size,
+// never below the most nodes a grant reported nor Config.FleetSize. Every
+// node registers, those that lease too, so that a node that learns its
+// size from the census counts them. That size is what a Strict key's
+// fail-static bucket and a new key's starter credit are shared by: with
+// FleetSize left at 1, every node of a Strict-only fleet spent the whole
+// limit during an outage (TestStrictFleetSizeCounted: 3 nodes admitted 3
+// times the limit). A census that fails changes nothing: the breaker
+// hears of the fleet from the syncs and decisions. Sync loop only.
 func (l *Limiter) countFleet(ctx context.Context, now int64, leased bool) {
 	s := &l.syncs
-	if l.census == nil || leased || !l.fleets[0].closed.Load() {
+	if l.census == nil || !l.fleets[0].closed.Load() {
 		return
 	}
 	if s.counted && now-s.censusAt < censusEvery*int64(l.cfg.Interval) {
@@ -30,11 +39,13 @@ func (l *Limiter) countFleet(ctx context.Context, now int64, leased bool) {
 	}
 	s.censusAt = now
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
-	n, err := l.census.Census(cctx, l.cfg.Node, time.Duration(3*censusEvery)*l.cfg.Interval)
+	n, err := l.census.Census(cctx, l.cfg.Node, l.censusHorizon())
 	cancel()
 	if err != nil {
 		return
 	}
 	s.counted = true
-	l.nodesHint.Store(int64(max(n, l.cfg.FleetSize)))
+	if !leased {
+		l.nodesHint.Store(max(int64(n), l.leasedN.Load(), int64(l.cfg.FleetSize)))
+	}
 }

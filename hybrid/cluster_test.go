@@ -123,7 +123,10 @@ func TestHotLeaseKeyOnCluster(t *testing.T) {
 		total += split[i]
 		totalPlain += plain[i]
 	}
-	assert.GreaterOrEqual(t, float64(plain[owner]), 0.95*float64(totalPlain), "unsplit, one master runs them all")
+	// Beside the lease scripts, every node registers with the census
+	// (hl:nodes, on some master) every ten intervals: 15 nodes, about 30
+	// calls in 2 s against some 300.
+	assert.GreaterOrEqual(t, float64(plain[owner]), 0.88*float64(totalPlain), "unsplit, one master runs them all")
 	for i, n := range split {
 		assert.GreaterOrEqual(t, float64(n), 0.15*float64(total), "master %d runs part of the split key's scripts", i)
 		assert.LessOrEqual(t, float64(n), 0.5*float64(total), "master %d runs at most half", i)

@@ -67,7 +67,10 @@ type Config struct {
 	// Syncer is the fleet: global.Redis, the gossip syncer, or the
 	// simulator's. Required when a policy is Hybrid or Strict; Strict
 	// policies also need a store that decides single requests, as
-	// global.Redis does (gossip does not).
+	// global.Redis does (gossip does not). A Syncer that wraps a
+	// global.Redis (to instrument it, say) keeps its strict decisions and
+	// hot-key sharding if it has a method Unwrap() fleet.Syncer that
+	// returns the Redis.
 	Syncer fleet.Syncer
 
 	// Failover, if set, is a second fleet, such as a gossip.Gossip over

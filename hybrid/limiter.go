@@ -76,6 +76,8 @@ type Limiter struct {
 	dir      store.ShardDirectory      // nil: Strict keys are not sharded
 	ldir     store.LeaseShardDirectory // nil: Hybrid keys never lease from shards
 	census   store.Census              // nil: the fleet's size is learned from leases alone
+	unsure   atomic.Bool               // a caller's context ended a Strict call: the loop probes the store (chargeStrict)
+	leasedN  atomic.Int64              // the most active nodes any grant reported (nodesHint's floor)
 
 	keys      sync.Map // string -> *keyState
 	nkeys     atomic.Int64

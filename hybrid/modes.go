@@ -99,12 +99,21 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 		case err == nil && g.Shards > 0:
 			g, err = l.decideSharded(ctx, k, k.adopt(g, l.now(), l.cfg.Interval), n)
 		case err == nil && set != nil:
-			l.mergeShards(ctx, k, set) // the mark is gone: every node is back on the key
+			// The mark is gone: every node is back on the key. The
+			// charge is the fleet's, not the caller's: a caller that
+			// gives up must not leave the key a fresh bucket beside what
+			// its shards spent (chargeKey bounds it by StrictTimeout).
+			l.mergeShards(context.WithoutCancel(parent), k, set)
 		}
 	}
 	cancel()
 	if err != nil {
 		if err := ended(parent); err != nil {
+			// Whether the store would have answered in StrictTimeout is
+			// not known: the sync loop probes it itself (chargeStrict),
+			// so that callers whose contexts are shorter than the store
+			// is slow still open the breaker on a store that hangs.
+			l.unsure.Store(true)
 			return refusedDecision(l.cfg.Interval), err
 		}
 	}

@@ -41,7 +41,7 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 		k.forgetStale(0) // collect rolled its marks
 	}
 	f := l.fleets[0]
-	if len(owed) == 0 && (synced || l.strictP == nil || f.closed.Load()) {
+	if len(owed) == 0 && (synced || l.strictP == nil || f.closed.Load() && !l.unsure.Swap(false)) {
 		return
 	}
 	if !f.allow(l.wall(now), true) {
@@ -57,6 +57,7 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 		_, err := l.strict.Allow(cctx, key, limit, 0)
 		cancel()
 		f.result(sent, err)
+		l.strictLink(now, err, synced)
 		return
 	}
 	s := &l.syncs
@@ -92,6 +93,7 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 		err = errors.New("hybrid: Config.Syncer's Charge answered the wrong number of charges")
 	}
 	f.result(sent, err)
+	l.strictLink(now, err, synced)
 	if err != nil {
 		return // charged again next time: too much, at worst, never too little
 	}
@@ -106,5 +108,21 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 		if s.spentAt[i] >= 0 {
 			k.reported[0] = s.spentAt[i]
 		}
+	}
+}
+
+// strictLink records in Health what a Strict call of the sync loop says
+// of the fleet's reach, when no lease sync of the round did (synced):
+// cut off when the store could not be reached, in touch when it
+// answered. A node whose keys are all Strict was Healthy while its store
+// was down and its decisions followed their FailMode
+// (TestStrictCallerDeadlinesProbe).
+func (l *Limiter) strictLink(now int64, err error, synced bool) {
+	switch {
+	case synced:
+	case err == nil:
+		l.reached(now)
+	case errors.Is(err, fleet.ErrUnreachable):
+		l.cutOff(now, 0, false)
 	}
 }

@@ -81,3 +81,46 @@ func TestStrictContext(t *testing.T) {
 	assert.True(t, d.Allowed(), "the store's decision, in 400 ms")
 	assert.False(t, d.Degraded())
 }
+
+// TestStrictCallerDeadlinesProbe: callers whose contexts are shorter than
+// the store is slow never wait out StrictTimeout, so their decisions
+// cannot tell a store that hangs from a slow one; the sync loop then
+// probes the store itself, and a store that hangs opens the breaker:
+// decisions follow the FailMode at once instead of each waiting out its
+// caller's context.
+func TestStrictCallerDeadlinesProbe(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	proxy, err := faultnet.NewProxy(srv.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { proxy.Close() })
+	l, err := hybrid.New(hybrid.Config{
+		Node: "n1", Syncer: redisVia(t, srv, proxy.Addr()), ManualSync: true, Interval: 10 * time.Millisecond,
+		Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: 100, Window: time.Minute}},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	d, err := l.AllowNContext(context.Background(), "k", 1)
+	require.NoError(t, err)
+	require.True(t, d.Allowed())
+
+	proxy.Blackhole()
+	short := func() (hybrid.Decision, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		return l.AllowNContext(ctx, "k", 1)
+	}
+	for i := range 6 {
+		if _, err := short(); err == nil {
+			t.Logf("the breaker opened after %d rounds", i)
+			break
+		}
+		_ = l.SyncOnce(context.Background()) // probes the store: the callers could not tell
+	}
+	assert.NotEqual(t, partition.Healthy, l.Health().Level, "the store hangs")
+	start := time.Now()
+	d, err = short()
+	require.NoError(t, err, "decided by the FailMode, not cut by the caller's context")
+	assert.True(t, d.Degraded())
+	assert.Less(t, time.Since(start), 5*time.Millisecond, "waited on a store the breaker knows is down")
+}

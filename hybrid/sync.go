@@ -305,6 +305,9 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	k.hasGrant.Store(true)
 	for h := l.nodesHint.Load(); int64(g.Nodes) > h && !l.nodesHint.CompareAndSwap(h, int64(g.Nodes)); h = l.nodesHint.Load() {
 	}
+	if int64(g.Nodes) > l.leasedN.Load() {
+		l.leasedN.Store(int64(g.Nodes)) // under syncMu: no other writer
+	}
 	k.fleetRemaining.Store(g.Remaining)
 	k.resetAt.Store(now + int64(g.ResetAfter))
 	k.until.Store(l.leaseEdge(k.pol, sent, whole, g))

@@ -2,9 +2,9 @@
 // fleet.Syncer: strict decisions and their charges, the directories of
 // keys split into shards, and a census of the fleet's nodes.
 // *global.Redis offers them all through Of (its tests say so),
-// gossip.Gossip the census; hybrid checks at New which its Syncer has. They are the
-// Redis store's protocol with hybrid, not an API: internal, so that a
-// change to it is no user's breaking change.
+// gossip.Gossip the census; hybrid checks at New which its Syncer has.
+// They are the Redis store's protocol with hybrid, not an API: internal,
+// so that a change to it is no user's breaking change.
 package store
 
 import (
@@ -95,12 +95,23 @@ var lookups []func(fleet.Syncer) any
 func Register(f func(s fleet.Syncer) any) { lookups = append(lookups, f) }
 
 // Of returns what s offers beyond fleet.Syncer, for a type assertion to
-// this package's interfaces: what a registered package found for s, or
-// s itself.
+// this package's interfaces: what a registered package found for s, or,
+// for a Syncer that wraps another (an Unwrap() fleet.Syncer method, as a
+// user's instrumented Redis may have), what the wrapped one offers, or s
+// itself.
 func Of(s fleet.Syncer) any {
-	for _, f := range lookups {
-		if v := f(s); v != nil {
-			return v
+	for range 8 { // wrappers of wrappers, within reason
+		for _, f := range lookups {
+			if v := f(s); v != nil {
+				return v
+			}
+		}
+		w, ok := s.(interface{ Unwrap() fleet.Syncer })
+		if !ok {
+			break
+		}
+		if s = w.Unwrap(); s == nil {
+			return nil
 		}
 	}
 	return s
