@@ -26,7 +26,7 @@ func readmeUse(ctx context.Context, w http.ResponseWriter, apiKey string) {
 	// without it go-redis waits out its own 3 s on a Redis that stopped
 	// answering, and NewRedis refuses the client.
 	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
-	fleet, err := global.NewRedis(ctx, global.RedisConfig{Client: client})
+	redisFleet, err := global.NewRedis(ctx, global.RedisConfig{Client: client})
 	if err != nil {
 		log.Fatal(err) // a client that could block past the timeout
 	}
@@ -35,7 +35,7 @@ func readmeUse(ctx context.Context, w http.ResponseWriter, apiKey string) {
 			{Name: "api", Prefix: "api:", Limit: 100, Window: time.Second},
 			{Name: "ip", Prefix: "ip:", Limit: 1000, Window: time.Minute},
 		},
-		Syncer: fleet,
+		Syncer: redisFleet,
 	})
 	if err != nil {
 		log.Fatal(err) // names the field that is out of range
