@@ -34,8 +34,8 @@ func (l *Limiter) countFleet(ctx context.Context, now int64, leased bool) {
 	if l.census == nil || !l.fleets[0].closed.Load() {
 		return
 	}
-	if s.counted && now-s.censusAt < censusEvery*int64(l.cfg.Interval) || len(l.early) > 0 {
-		return // not due, or keys wait for an early sync, which the call would hold up: next round
+	if s.counted && now-s.censusAt < censusEvery*int64(l.cfg.Interval) || len(l.early) > 0 && !l.cfg.ManualSync {
+		return // not due, or keys wait for an early sync (the loop runs them) that the call would hold up: next round
 	}
 	s.censusAt = now
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
