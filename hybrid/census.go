@@ -44,8 +44,15 @@ func (l *Limiter) countFleet(ctx context.Context, now int64, leased bool) {
 	if err != nil {
 		return
 	}
-	s.counted = true
-	if !leased {
+	// A node's first count is not taken: the nodes of a fleet that start
+	// together register one after another, and the first to count would
+	// find itself nearly alone and take nearly the whole limit as its
+	// share (16 nodes so would hold starters summing to 1 + 1/2 + ... +
+	// 1/16, about 3.4 times the burst). By its second, ten intervals on, every node that started
+	// with it has registered. (A gossip node's first count is of the
+	// members it found while joining.)
+	if !leased && s.counted {
 		l.nodesHint.Store(max(int64(n), l.leasedN.Load(), int64(l.cfg.FleetSize)))
 	}
+	s.counted = true
 }

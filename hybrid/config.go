@@ -103,9 +103,10 @@ type Config struct {
 	// the capacity over the fleet's size, which the node may spend before
 	// the key's first sync returns. The fleet tells its size: every grant
 	// says how many nodes share its key, and a node no grant tells (its
-	// keys all Strict, or none yet) asks its Syncer every ten intervals
-	// when the Syncer keeps a census (global.Redis, gossip.Gossip). Until
-	// then this is the size. Default 1: the whole quota, which a fleet of
+	// keys all Strict, or none yet) takes it from its Syncer's census
+	// (global.Redis, gossip.Gossip), which every node registers with every
+	// ten intervals, from its second registration on (so that nodes
+	// starting together all count). Until then this is the size. Default 1: the whole quota, which a fleet of
 	// nodes that cannot learn their number multiplies during an outage.
 	FleetSize int
 
