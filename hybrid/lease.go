@@ -41,21 +41,28 @@ func spentOf(w uint64) uint32    { return uint32(w >> 32) }
 // shared with the hot path; the rest belong to the sync loop and are
 // touched only under Limiter.syncMu.
 type keyState struct {
-	word    atomic.Uint64 // spent<<32 | allowance
-	refused atomic.Uint64 // requests refused, for the demand forecast
-	touched atomic.Bool   // used since the last sweep (Local and Strict keys)
-	early   atomic.Bool   // an early sync has been asked for
-	retired atomic.Bool   // forgotten: callers must look the key up again
-	failing atomic.Bool   // the fleet's last answer for the key was an error: past the lease, the FailMode decides
-	extra   atomic.Int64  // spent outside the lease (degraded admissions), in full
-	low     atomic.Int64  // allowance below which an early sync is asked for; 0 for none
-	until   atomic.Int64  // when the lease stops being spendable: a sliding window's edge; Strict: until when the store is not called (strictCut)
-	pace    leasePace     // a sliding window's paced release of its allowance (see slidinglease.go)
+	word     atomic.Uint64 // spent<<32 | allowance
+	refused  atomic.Uint64 // requests refused, for the demand forecast
+	touched  atomic.Bool   // used since the last sweep (Local and Strict keys)
+	early    atomic.Bool   // an early sync has been asked for
+	retired  atomic.Bool   // forgotten: callers must look the key up again
+	failing  atomic.Bool   // the fleet's last answer for the key was an error: past the lease, the FailMode decides
+	hasGrant atomic.Bool   // a grant has been installed: weightBits and fleetRemaining mean something
+
+	// Sync loop state, beside the flags above so that the struct packs
+	// (no padding between its small fields).
+	listed bool // Strict: in syncState.sharded
+	capped bool // the demand was cut to the node's equal share
+	idle   bool // no request for an IdleTimeout
+
+	extra atomic.Int64 // spent outside the lease (degraded admissions), in full
+	low   atomic.Int64 // allowance below which an early sync is asked for; 0 for none
+	until atomic.Int64 // when the lease stops being spendable: a sliding window's edge; Strict: until when the store is not called (strictCut)
+	pace  leasePace    // a sliding window's paced release of its allowance (see slidinglease.go)
 
 	fallback   atomic.Uint64 // sizedBit | the ladder factor's bits the fail-static bucket is sized for; 0 if not sized
 	cutFactor  atomic.Uint64 // cutBit | the ladder factor's bits for k alone, cut off while the fleet answers others; 0 if not (see keyCut)
 	weightBits atomic.Uint64 // this node's share from the last grant, as float64 bits
-	hasGrant   atomic.Bool   // a grant has been installed: weightBits and fleetRemaining mean something
 
 	fleetRemaining atomic.Int64 // Grant.Remaining at the last sync
 	resetAt        atomic.Int64 // when the fleet's bucket is full, on the Limiter's clock
@@ -73,7 +80,6 @@ type keyState struct {
 	folded     uint32       // what merged-back stripes spent, wrapping
 	wordSeen   uint32       // the words' spent (wrapping) at the last extend
 	total      int64        // the words' spent at the last extend, in full
-	listed     bool         // Strict: in syncState.sharded
 	hotRate    float64      // Strict: the rate the sketch last saw
 	lshards    *leaseShards // Hybrid: the Redis shards its leases come from; nil if none
 	handover   handover     // Hybrid: how the next report to the key itself, after a merge, differs
@@ -96,8 +102,6 @@ type keyState struct {
 	lease       int64   // the last grant
 	expires     int64   // when it lapses
 	requested   int64   // the demand sent with the last sync
-	capped      bool    // the demand was cut to the node's equal share
-	idle        bool    // no request for an IdleTimeout
 	share       float64 // Equal shares: tokens the node's share lets it lease
 	shareAt     int64   // when share was last refilled
 	nodes       int     // active nodes, from the last grant
