@@ -48,11 +48,11 @@ func (l *Limiter) countFleet(ctx context.Context, now int64, leased bool) {
 	// together register one after another, and the first to count would
 	// find itself nearly alone and take nearly the whole limit as its
 	// share (16 nodes so would hold starters summing to 1 + 1/2 + ... +
-	// 1/16, about 3.4 times the burst). By its second, ten intervals on, every node that started
-	// with it has registered. (A gossip node's first count is of the
-	// members it found while joining.)
+	// 1/16, about 3.4 times the burst). By its second, ten intervals on,
+	// every node that started with it has registered. (A gossip node's
+	// first count is of the members it found while joining.)
 	if !leased && s.counted {
-		l.nodesHint.Store(max(int64(n), l.leasedN.Load(), int64(l.cfg.FleetSize)))
+		l.nodesHint.Store(max(int64(n), s.leased, int64(l.cfg.FleetSize)))
 	}
 	s.counted = true
 }

@@ -35,7 +35,7 @@ func TestStrictFleetSizeCounted(t *testing.T) {
 			mode = hybrid.Hybrid
 		}
 		l, err := hybrid.New(hybrid.Config{
-			Node: fmt.Sprint("n", i), Syncer: redisVia(t, srv, proxy.Addr()), ManualSync: true,
+			Node: fmt.Sprint("n", i), Syncer: redisVia(t, srv, proxy.Addr(), 100*time.Millisecond), ManualSync: true,
 			Interval: 10 * time.Millisecond, HotKeyRate: -1,
 			Policies: []hybrid.Policy{{Name: "s", Mode: mode, Limit: limit, Window: time.Minute}},
 		})

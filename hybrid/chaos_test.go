@@ -27,14 +27,16 @@ var chaosLadder = partition.LadderConfig{Steps: []partition.Step{
 }}
 
 // redisVia returns a Redis Syncer whose client dials addr (a proxy in
-// front of s) with its own pool, as a separate process would.
-func redisVia(t *testing.T, s *redistest.Server, addr string) *global.Redis {
+// front of s) with its own pool, as a separate process would, with
+// RedisConfig.Timeout timeout (0: the default, under which 50 ms of added
+// round trip is a distant Redis, not an outage).
+func redisVia(t *testing.T, s *redistest.Server, addr string, timeout time.Duration) *global.Redis {
 	t.Helper()
 	o := s.Options()
 	o.Addr, o.ContextTimeoutEnabled = addr, true
 	c := redis.NewClient(o)
 	t.Cleanup(func() { c.Close() })
-	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 100 * time.Millisecond})
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: timeout})
 	require.NoError(t, err)
 	return r
 }
@@ -83,7 +85,7 @@ func TestRedisOutage(t *testing.T) {
 			t.Cleanup(func() { proxy.Close() })
 			fl := fleettest.Limiters(t, nodes, func(int) hybrid.Config {
 				return hybrid.Config{Policies: []hybrid.Policy{api, count},
-					Syncer: redisVia(t, srv, proxy.Addr()), Interval: interval, Ladder: chaosLadder}
+					Syncer: redisVia(t, srv, proxy.Addr(), 100*time.Millisecond), Interval: interval, Ladder: chaosLadder}
 			})
 
 			var runs [2]*fleettest.Run

@@ -25,4 +25,4 @@ const DefaultHotKeyShards = defaultHotKeyShards
 // SyncEarly and EarlyGap are the simulator's early-sync hooks
 // (internal/manual), for the tests that drive early syncs.
 func (l *Limiter) SyncEarly(ctx context.Context) error { return l.syncWaiting(ctx) }
-func (l *Limiter) EarlyGap() time.Duration             { return l.minGap() }
+func (l *Limiter) EarlyGap() time.Duration             { return time.Duration(l.earlyGap()) }

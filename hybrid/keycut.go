@@ -102,7 +102,7 @@ func (l *Limiter) splitCut(now int64, batch []*keyState, how syncKind) (live, cu
 // grants are not held up while a call waits on a dead part of the fleet
 // (a Cluster master killed: SyncTimeout, 100 ms a round at the defaults).
 // Such a call is a probe, and waits at most 8 of the fleet's round trips
-// (no less than EarlyGap), enough for a new connection and a script's
+// (no less than the early-sync gap (earlyGap)), enough for a new connection and a script's
 // first load: the sync loop, early syncs included, waits on it. A call
 // that reaches none of them is no outage of the node, nor a breaker's
 // failure: each key stays cut off. Sync loop only.
@@ -115,7 +115,7 @@ func (l *Limiter) syncCut(ctx context.Context, cut []*keyState, how syncKind) er
 	defer func() { s.cutOnly = false }()
 	if how != closing { // closing is the last chance: SyncTimeout
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, min(l.cfg.SyncTimeout, max(8*time.Duration(s.rtt), l.minGap())))
+		ctx, cancel = context.WithTimeout(ctx, min(l.cfg.SyncTimeout, max(8*time.Duration(s.rtt), time.Duration(l.earlyGap()))))
 		defer cancel()
 	}
 	for i := 0; i < len(cut); i += s.chunk {

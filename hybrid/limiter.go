@@ -77,7 +77,6 @@ type Limiter struct {
 	ldir     store.LeaseShardDirectory // nil: Hybrid keys never lease from shards
 	census   store.Census              // nil: the fleet's size is learned from leases alone
 	unsure   atomic.Bool               // a caller's context ended a Strict call: the loop probes the store (chargeStrict)
-	leasedN  atomic.Int64              // the most active nodes any grant reported (nodesHint's floor)
 
 	keys      sync.Map // string -> *keyState
 	nkeys     atomic.Int64
@@ -128,10 +127,11 @@ func New(cfg Config) (*Limiter, error) {
 		byName: make(map[string]*policy, len(cfg.Policies)),
 		early:  make(chan *keyState, 256),
 	}
-	l.strict, _ = store.Of(cfg.Syncer).(store.StrictDecider)
-	l.census, _ = store.Of(cfg.Syncer).(store.Census)
+	offers := store.Of(cfg.Syncer) // what the Syncer's store does beyond syncing
+	l.strict, _ = offers.(store.StrictDecider)
+	l.census, _ = offers.(store.Census)
 	if l.strict != nil {
-		l.charger, _ = store.Of(cfg.Syncer).(store.StrictCharger)
+		l.charger, _ = offers.(store.StrictCharger)
 	}
 	if sized {
 		l.nodesHint.Store(int64(cfg.FleetSize))
@@ -172,8 +172,8 @@ func New(cfg Config) (*Limiter, error) {
 		l.policies = append(l.policies, pol)
 		l.localFirst = l.localFirst || p.Mode == Local && cfg.Resolve == nil
 	}
-	l.dir, _ = store.Of(cfg.Syncer).(store.ShardDirectory)
-	l.ldir, _ = store.Of(cfg.Syncer).(store.LeaseShardDirectory)
+	l.dir, _ = offers.(store.ShardDirectory)
+	l.ldir, _ = offers.(store.LeaseShardDirectory)
 	if l.strict != nil && l.dir != nil && cfg.HotKeyRate > 0 && cfg.HotKeyShards > 1 {
 		for _, p := range l.policies {
 			if p.Mode == Strict {

@@ -11,6 +11,6 @@ import (
 // there.
 func init() {
 	manual.EarlyWanted = func(l any) bool { return l.(*Limiter).earlyWanted() }
-	manual.EarlyGap = func(l any) time.Duration { return l.(*Limiter).minGap() }
+	manual.EarlyGap = func(l any) time.Duration { return time.Duration(l.(*Limiter).earlyGap()) }
 	manual.SyncEarly = func(l any, ctx context.Context) error { return l.(*Limiter).syncWaiting(ctx) }
 }

@@ -42,8 +42,9 @@ func (l *Limiter) AllowNContext(ctx context.Context, key string, n int) (Decisio
 
 // ended returns ctx's error if it has ended, or is at its deadline: the
 // store's client sets the connection's deadline from ctx's, and its read
-// may time out a moment before ctx says it is done (TestStrictContext
-// counted one such call in three as the fleet failing).
+// may time out a moment before ctx says it is done (when only ctx.Err
+// was read, 3 runs of TestStrictContext in 10 counted such a call as the
+// fleet failing).
 func ended(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -42,7 +42,7 @@ func TestPartialCutOverRedis(t *testing.T) {
 			proxies = append(proxies, px)
 			addr = px.Addr()
 		}
-		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: redisVia(t, srv, addr), Interval: interval}
+		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: redisVia(t, srv, addr, 100*time.Millisecond), Interval: interval}
 	})
 	time.AfterFunc(cutAt, func() {
 		for _, px := range proxies {

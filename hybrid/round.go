@@ -210,7 +210,7 @@ func (l *Limiter) answeredEarly(start int64) {
 // under the limit: a key at its limit, or a new key on its starter
 // credit, is refused for what it has, not for the loop) and the loop
 // runs late: a regular round is overdue by more than a quarter
-// Interval, or an early sync asked for is not done within EarlyGap, the
+// Interval, or an early sync asked for is not done within the early-sync gap (earlyGap), the
 // last regular round's round trip and a quarter Interval. A quarter: a
 // loop merely slowed by a loaded machine, or a distant Redis, is not a
 // starved one, and a healthy fleet's tests (TestUnderLimitRefusals,

@@ -5,11 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
@@ -31,14 +29,8 @@ func TestStrictContext(t *testing.T) {
 	proxy, err := faultnet.NewProxy(srv.Addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
-	o := srv.Options()
-	o.Addr, o.ContextTimeoutEnabled = proxy.Addr(), true
-	c := redis.NewClient(o)
-	t.Cleanup(func() { c.Close() })
-	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c, Timeout: 5 * time.Second})
-	require.NoError(t, err)
 	l, err := hybrid.New(hybrid.Config{
-		Node: "n1", Syncer: r, StrictTimeout: 5 * time.Second, Interval: 2 * time.Second,
+		Node: "n1", Syncer: redisVia(t, srv, proxy.Addr(), 5*time.Second), StrictTimeout: 5 * time.Second, Interval: 2 * time.Second,
 		Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: 100, Window: time.Minute}},
 	})
 	require.NoError(t, err)
@@ -95,7 +87,7 @@ func TestStrictCallerDeadlinesProbe(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
 	l, err := hybrid.New(hybrid.Config{
-		Node: "n1", Syncer: redisVia(t, srv, proxy.Addr()), ManualSync: true, Interval: 10 * time.Millisecond,
+		Node: "n1", Syncer: redisVia(t, srv, proxy.Addr(), 100*time.Millisecond), ManualSync: true, Interval: 10 * time.Millisecond,
 		Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: 100, Window: time.Minute}},
 	})
 	require.NoError(t, err)

@@ -34,7 +34,7 @@ func TestShardedStrictOutageCharged(t *testing.T) {
 	require.Equal(t, hybrid.DefaultHotKeyShards, n)
 	clk := clock.NewManual(epoch)
 	l, err := hybrid.New(hybrid.Config{
-		Node: "n1", Syncer: redisVia(t, srv, proxy.Addr()), ManualSync: true, Clock: clk, HotKeyRate: -1,
+		Node: "n1", Syncer: redisVia(t, srv, proxy.Addr(), 100*time.Millisecond), ManualSync: true, Clock: clk, HotKeyRate: -1,
 		Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: limit, Window: time.Minute}},
 	})
 	require.NoError(t, err)
@@ -156,7 +156,7 @@ func TestStrictChargesRoundTrips(t *testing.T) {
 	t.Cleanup(func() { proxy.Close() })
 	clk := clock.NewManual(epoch)
 	l, err := hybrid.New(hybrid.Config{
-		Node: "n1", Syncer: redisVia(t, srv, proxy.Addr()), ManualSync: true, Clock: clk, HotKeyRate: -1,
+		Node: "n1", Syncer: redisVia(t, srv, proxy.Addr(), 100*time.Millisecond), ManualSync: true, Clock: clk, HotKeyRate: -1,
 		Policies: []hybrid.Policy{{Name: "s", Mode: hybrid.Strict, Limit: 100, Window: time.Second, OnUnreachable: hybrid.FailOpen}},
 	})
 	require.NoError(t, err)

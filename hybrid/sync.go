@@ -32,6 +32,7 @@ type syncState struct {
 	rtt       int64    // the sync round trip, a moving average (ns)
 	pace      pace     // when regular rounds start, and how late: see lateRound
 	cutOnly   bool     // the batch in sync is of keys cut off alone, after the round reached the rest (see syncCut)
+	leased    int64    // the most active nodes any grant reported (nodesHint's floor for a census)
 	counted   bool     // a census has answered
 	censusAt  int64    // when the last census was asked for
 }
@@ -305,9 +306,7 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	k.hasGrant.Store(true)
 	for h := l.nodesHint.Load(); int64(g.Nodes) > h && !l.nodesHint.CompareAndSwap(h, int64(g.Nodes)); h = l.nodesHint.Load() {
 	}
-	if int64(g.Nodes) > l.leasedN.Load() {
-		l.leasedN.Store(int64(g.Nodes)) // under syncMu: no other writer
-	}
+	l.syncs.leased = max(l.syncs.leased, int64(g.Nodes))
 	k.fleetRemaining.Store(g.Remaining)
 	k.resetAt.Store(now + int64(g.ResetAfter))
 	k.until.Store(l.leaseEdge(k.pol, sent, whole, g))
@@ -389,14 +388,12 @@ func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
 	_ = l.earlyRound(ctx, k)
 }
 
-// minGap is the least time between two syncs of a key: a quarter
-// interval or 10 ms, whichever is shorter. The background loop waits it
-// out before an early sync; the simulator does too.
-func (l *Limiter) minGap() time.Duration { return min(l.cfg.Interval/4, 10*time.Millisecond) }
+// earlyGap is the least time between two syncs of a key, in ns: a
+// quarter interval or 10 ms, whichever is shorter. The background loop
+// waits it out before an early sync; the simulator does too.
+func (l *Limiter) earlyGap() int64 { return int64(min(l.cfg.Interval/4, 10*time.Millisecond)) }
 
-func (l *Limiter) earlyGap() int64 { return int64(l.minGap()) }
-
-// gapOf is the least time between two syncs of k: EarlyGap, or a quarter
+// gapOf is the least time between two syncs of k: the early-sync gap (earlyGap), or a quarter
 // of the window for a key whose window is no longer than the interval and
 // whose lease was cut short of its demand (the key is at its limit, and
 // syncing more often would only load the fleet). Sync loop only.

@@ -1,7 +1,6 @@
 package hybrid_test
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -9,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
@@ -81,7 +78,7 @@ func TestUnderLimitRefusals(t *testing.T) {
 			// its connection, and the next started over: a node was off
 			// Healthy in 272 of 300 samples.
 			fleet := fleettest.Limiters(t, nodes, func(int) hybrid.Config {
-				return hybrid.Config{Policies: []hybrid.Policy{policy}, Syncer: redisDelayed(t, srv, proxy.Addr()), Interval: interval}
+				return hybrid.Config{Policies: []hybrid.Policy{policy}, Syncer: redisVia(t, srv, proxy.Addr(), 0), Interval: interval}
 			})
 			// A running fleet: every node has synced a key the others
 			// share, so it knows the fleet's size, and a new key's first
@@ -115,20 +112,6 @@ func TestUnderLimitRefusals(t *testing.T) {
 			assert.Zero(t, sick(), "samples with a node off Healthy: the leases are measured, not the ladder")
 		})
 	}
-}
-
-// redisDelayed returns a Redis Syncer that reaches s through addr, a
-// faultnet proxy, with the default Timeout: 50 ms of added round trip is
-// a distant Redis, not an outage.
-func redisDelayed(t *testing.T, s *redistest.Server, addr string) *global.Redis {
-	t.Helper()
-	o := s.Options()
-	o.Addr, o.ContextTimeoutEnabled = addr, true
-	c := redis.NewClient(o)
-	t.Cleanup(func() { c.Close() })
-	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c})
-	require.NoError(t, err)
-	return r
 }
 
 // watchHealth samples the fleet's health every 10 ms for d, and returns

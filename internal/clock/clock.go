@@ -79,22 +79,21 @@ func Default() Clock {
 	return Real
 }
 
-// origin is what bubbleClock's readings count from, moved by bubbleShift.
-// A synctest bubble's clock starts at midnight UTC on 2000-01-01, before
-// origin, so time.Since(origin) is below zero in a bubble and only there.
+// origin is when the process started. A synctest bubble's clock starts
+// at midnight UTC on 2000-01-01, before origin, so time.Since(origin) is
+// below zero in a bubble and only there.
 var origin = time.Now()
 
-// bubbleShift moves a bubble's readings (its time minus origin's wall
-// time) to count from an hour before the bubble's start, so that readings
-// are never zero or near it (callers use 0 for "never set").
-var bubbleShift = int64(origin.Round(0).Sub(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))) + int64(time.Hour)
+// bubbleStart is when every synctest bubble's clock starts.
+var bubbleStart = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // bubbleClock is the clock of a limiter made in a testing/synctest bubble.
 type bubbleClock struct{ realClock }
 
-// Nanotime is the bubble's fake time, through time.Since, which reads it
-// there.
-func (bubbleClock) Nanotime() int64 { return int64(time.Since(origin)) + bubbleShift }
+// Nanotime is the bubble's fake time (time.Now reads it there), counted
+// from an hour before the bubble's start, so that readings are never zero
+// or near it (callers use 0 for "never set").
+func (bubbleClock) Nanotime() int64 { return int64(time.Since(bubbleStart) + time.Hour) }
 
 type realTimer struct{ t *time.Timer }
 
