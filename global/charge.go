@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 )
 
 // addGCRA counts n more requests in a strict GCRA key, whatever is left:
@@ -51,7 +52,7 @@ return {1}
 // ErrUnreachable if Redis could not be reached; then none of the charges may be counted,
 // or some may be, and a caller that sends them again risks counting
 // those twice, which refuses, never admits, too much.
-func (r redisStore) Charge(ctx context.Context, charges []fleet.StrictCharge) ([]error, error) {
+func (r redisStore) Charge(ctx context.Context, charges []store.StrictCharge) ([]error, error) {
 	errs := make([]error, len(charges))
 	calls := make([]scriptCall, 0, len(charges))
 	idx := make([]int, 0, len(charges))

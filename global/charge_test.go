@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -27,13 +28,13 @@ func TestCharge(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Hour}
 			key := "charge-" + alg.String()
-			errs, err := r.Charge(ctx, []fleet.StrictCharge{{Key: key, Limit: lim, N: 30}, {Key: key, Limit: lim, N: 0}, {Key: key, Limit: lim, N: -1}})
+			errs, err := r.Charge(ctx, []store.StrictCharge{{Key: key, Limit: lim, N: 30}, {Key: key, Limit: lim, N: 0}, {Key: key, Limit: lim, N: -1}})
 			require.NoError(t, err)
 			require.Len(t, errs, 3)
 			assert.NoError(t, errs[0])
 			assert.NoError(t, errs[1])
 			assert.ErrorIs(t, errs[2], fleet.ErrInvalid)
-			errs, err = r.Charge(ctx, []fleet.StrictCharge{{Key: key, Limit: lim, N: 20}})
+			errs, err = r.Charge(ctx, []store.StrictCharge{{Key: key, Limit: lim, N: 20}})
 			require.NoError(t, err)
 			require.NoError(t, errs[0])
 			d, err := r.Allow(ctx, key, lim, 1)
@@ -44,7 +45,7 @@ func TestCharge(t *testing.T) {
 	}
 	t.Run("capped at empty", func(t *testing.T) {
 		lim := fleet.Limit{Limit: 10, Window: time.Second} // a token every 100ms
-		errs, err := r.Charge(ctx, []fleet.StrictCharge{{Key: "capped", Limit: lim, N: 1_000_000}})
+		errs, err := r.Charge(ctx, []store.StrictCharge{{Key: "capped", Limit: lim, N: 1_000_000}})
 		require.NoError(t, err)
 		require.NoError(t, errs[0])
 		d, err := r.Allow(ctx, "capped", lim, 1)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 )
 
 // RedisKeyForTest is the Redis key a Redis with prefix writes for key.
@@ -30,13 +31,17 @@ func SetBatchKeysForTest(n int) int {
 
 // The store protocol's methods (see redisStore), on *Redis for the
 // tests, which call them as hybrid does through store.Of.
-func (r *Redis) AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (fleet.Decision, error) {
+func (r *Redis) Allow(ctx context.Context, key string, limit fleet.Limit, n int64) (store.Decision, error) {
+	return redisStore{r}.Allow(ctx, key, limit, n)
+}
+func (r *Redis) MaxKeyLen() int { return redisStore{r}.MaxKeyLen() }
+func (r *Redis) AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (store.Decision, error) {
 	return redisStore{r}.AllowShard(ctx, key, shard, limit, n)
 }
 func (r *Redis) Census(ctx context.Context, node string, horizon time.Duration) (int, error) {
 	return redisStore{r}.Census(ctx, node, horizon)
 }
-func (r *Redis) Charge(ctx context.Context, charges []fleet.StrictCharge) ([]error, error) {
+func (r *Redis) Charge(ctx context.Context, charges []store.StrictCharge) ([]error, error) {
 	return redisStore{r}.Charge(ctx, charges)
 }
 func (r *Redis) ChargeAtLeast(ctx context.Context, key string, limit fleet.Limit, used int64) error {
@@ -63,3 +68,6 @@ func (r *Redis) MarkLeaseShards(ctx context.Context, key string, shards int, ttl
 func (r *Redis) MarkShards(ctx context.Context, key string, shards int, ttl time.Duration) (int, error) {
 	return redisStore{r}.MarkShards(ctx, key, shards, ttl)
 }
+
+// DefaultPrefix is the Prefix a zero RedisConfig gets.
+const DefaultPrefix = defaultPrefix

@@ -19,14 +19,15 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // Defaults for the zero fields of a RedisConfig.
 const (
-	DefaultPrefix    = "hl:"
-	DefaultTimeout   = 500 * time.Millisecond
-	DefaultMaxKeyLen = 256
+	defaultPrefix    = "hl:"
+	defaultTimeout   = 500 * time.Millisecond
+	defaultMaxKeyLen = 256
 )
 
 // RedisConfig describes a Redis Syncer.
@@ -41,16 +42,15 @@ type RedisConfig struct {
 	// Timeout. NewRedis checks.
 	Client redis.UniversalClient
 
-	// Prefix starts every Redis key this package writes. Default
-	// DefaultPrefix. It may not contain '{' or '}', which would break the
+	// Prefix starts every Redis key this package writes. Default "hl:".
+	// It may not contain '{' or '}', which would break the
 	// Cluster hash tags.
 	Prefix string
 
-	// Timeout bounds every call to Redis. Default DefaultTimeout.
+	// Timeout bounds every call to Redis. Default 500ms.
 	Timeout time.Duration
 
-	// MaxKeyLen is the longest user key accepted, in bytes. Default
-	// DefaultMaxKeyLen.
+	// MaxKeyLen is the longest user key accepted, in bytes. Default 256.
 	MaxKeyLen int
 }
 
@@ -95,20 +95,20 @@ func newRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, errors.New("global: RedisConfig.Client is nil; pass a go-redis client")
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
+		cfg.Prefix = defaultPrefix
 	}
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("global: RedisConfig.Prefix %q contains '{' or '}', which would break Redis Cluster hash tags", cfg.Prefix)
 	}
 	switch {
 	case cfg.Timeout == 0:
-		cfg.Timeout = DefaultTimeout
+		cfg.Timeout = defaultTimeout
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("global: RedisConfig.Timeout is %v; it must be positive", cfg.Timeout)
 	}
 	switch {
 	case cfg.MaxKeyLen == 0:
-		cfg.MaxKeyLen = DefaultMaxKeyLen
+		cfg.MaxKeyLen = defaultMaxKeyLen
 	case cfg.MaxKeyLen < 0:
 		return nil, fmt.Errorf("global: RedisConfig.MaxKeyLen is %d; it must be positive", cfg.MaxKeyLen)
 	}
@@ -119,9 +119,9 @@ func newRedis(cfg RedisConfig) (*Redis, error) {
 }
 
 // MaxKeyLen is the longest key r accepts, in bytes: RedisConfig.MaxKeyLen
-// or its default. A caller that checks keys itself, such as a hybrid
-// Limiter, must not accept longer ones, or their every call fails.
-func (r *Redis) MaxKeyLen() int { return r.cfg.MaxKeyLen }
+// or its default. A hybrid Limiter, which checks keys itself, must not
+// accept longer ones, or their every call fails.
+func (r redisStore) MaxKeyLen() int { return r.cfg.MaxKeyLen }
 
 // checkClientTimeouts refuses a client whose socket timeouts would let a
 // call outlive timeout: without ContextTimeoutEnabled, go-redis ignores
@@ -217,29 +217,29 @@ func micros(d time.Duration) int64 { return max(int64(d/time.Microsecond), 1) }
 // how key stands, deciding nothing. While key is marked as split into
 // shards (MarkShards), Allow decides nothing and says so in
 // Decision.Shards.
-func (r *Redis) Allow(ctx context.Context, key string, limit fleet.Limit, n int64) (fleet.Decision, error) {
-	return redisStore{r}.AllowShard(ctx, key, fleet.Shard{}, limit, n)
+func (r redisStore) Allow(ctx context.Context, key string, limit fleet.Limit, n int64) (store.Decision, error) {
+	return r.AllowShard(ctx, key, fleet.Shard{}, limit, n)
 }
 
 // AllowShard is Allow on one of key's shards (see fleet.ShardsOf): the part of
 // a key split by MarkShards that a request is decided on, against
 // limit, the shard's part of the key's.
-func (r redisStore) AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (fleet.Decision, error) {
+func (r redisStore) AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (store.Decision, error) {
 	if err := limit.Validate(); err != nil {
-		return fleet.Decision{}, fmt.Errorf("%w: %v", fleet.ErrInvalid, err)
+		return store.Decision{}, fmt.Errorf("%w: %v", fleet.ErrInvalid, err)
 	}
 	if n < 0 {
-		return fleet.Decision{}, fmt.Errorf("%w: Allow's n is %d; it must not be negative", fleet.ErrInvalid, n)
+		return store.Decision{}, fmt.Errorf("%w: Allow's n is %d; it must not be negative", fleet.ErrInvalid, n)
 	}
 	base, err := r.keyBase(key, shard)
 	if err != nil {
-		return fleet.Decision{}, err
+		return store.Decision{}, err
 	}
 	call := strictCall(base, limit, min(n, fleet.MaxLimit), strictGCRA, strictSlidingWindow, 4)
 	call.keys = append(call.keys, base+"shards")
 	v, err := r.runOne(ctx, call)
 	if err != nil {
-		return fleet.Decision{}, err
+		return store.Decision{}, err
 	}
 	return r.decisionOf(key+shard.String(), limit, v)
 }

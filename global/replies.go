@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -108,13 +109,13 @@ func (r *Redis) grantOf(u fleet.Usage, v []int64) (fleet.Grant, error) {
 
 // decisionOf reads and checks a strict script's reply v for key under
 // limit (see strictGCRA).
-func (r *Redis) decisionOf(key string, limit fleet.Limit, v []int64) (fleet.Decision, error) {
+func (r *Redis) decisionOf(key string, limit fleet.Limit, v []int64) (store.Decision, error) {
 	if v[0] == 2 {
 		err := r.check(key, bound{"a shard count", v[1], 2, fleet.MaxShards}, bound{"a mark lasting µs", v[3], 0, math.MaxInt64})
 		if err != nil {
-			return fleet.Decision{}, err
+			return store.Decision{}, err
 		}
-		return fleet.Decision{Shards: int(v[1]), ShardedFor: durationOf(v[3])}, nil
+		return store.Decision{Shards: int(v[1]), ShardedFor: durationOf(v[3])}, nil
 	}
 	err := r.check(key,
 		bound{"a decision", v[0], 0, 1},
@@ -123,12 +124,12 @@ func (r *Redis) decisionOf(key string, limit fleet.Limit, v []int64) (fleet.Deci
 		bound{"reset after µs", v[3], 0, math.MaxInt64},
 	)
 	if err != nil {
-		return fleet.Decision{}, err
+		return store.Decision{}, err
 	}
-	d := fleet.Decision{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: durationOf(v[3])}
+	d := store.Decision{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: durationOf(v[3])}
 	switch {
 	case d.Allowed && v[2] != 0:
-		return fleet.Decision{}, r.corrupt(key, "the store admitted a request with a retry after %d µs", v[2])
+		return store.Decision{}, r.corrupt(key, "the store admitted a request with a retry after %d µs", v[2])
 	case v[2] < 0:
 		d.RetryAfter = local.Never
 	default:

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -77,7 +78,7 @@ func TestRepliesChecked(t *testing.T) {
 	lim := fleet.Limit{Limit: 100, Window: time.Second}
 	d, err := r.decisionOf("k", lim, []int64{1, 99, 0, 10})
 	require.NoError(t, err)
-	assert.Equal(t, fleet.Decision{Allowed: true, Remaining: 99, ResetAfter: 10 * time.Microsecond}, d)
+	assert.Equal(t, store.Decision{Allowed: true, Remaining: 99, ResetAfter: 10 * time.Microsecond}, d)
 	for _, v := range [][]int64{
 		{3, 0, 0, 0},     // no such outcome
 		{-1, 0, 0, 0},    // nor this

@@ -18,6 +18,7 @@ var (
 	_ store.ShardDirectory      = redisStore{}
 	_ store.LeaseShardDirectory = redisStore{}
 	_ store.Census              = redisStore{}
+	_ store.KeyLenLimiter       = redisStore{}
 )
 
 func init() {

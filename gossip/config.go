@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/gossipsim"
 )
 
 // ErrInvalidConfig is wrapped by every error New returns for a Config it
@@ -21,18 +22,19 @@ import (
 // failure to start. The message names the field and what it must be.
 var ErrInvalidConfig = errors.New("gossip: invalid Config")
 
-// Defaults for the zero fields of a Config.
+// Defaults for the zero fields of a Config; those the simulator models
+// live in internal/gossipsim.
 const (
-	DefaultBindAddr        = "0.0.0.0"
-	DefaultGossipInterval  = 50 * time.Millisecond
-	DefaultGossipNodes     = 3
-	DefaultRetransmitMult  = 12
-	DefaultGrace           = 30 * time.Second
-	DefaultRejoinInterval  = 2 * time.Second
-	DefaultTCPTimeout      = 2 * time.Second
-	DefaultMaxKeys         = 100_000
-	DefaultMaxPeers        = 1024
-	DefaultMaxSnapshotKeys = maxSnapshotKeys
+	defaultBindAddr        = "0.0.0.0"
+	defaultGossipInterval  = gossipsim.GossipInterval // 50ms
+	defaultGossipNodes     = gossipsim.GossipNodes    // 3
+	defaultRetransmitMult  = gossipsim.RetransmitMult // 12
+	defaultGrace           = 30 * time.Second
+	defaultRejoinInterval  = gossipsim.RejoinInterval // 2s
+	defaultTCPTimeout      = 2 * time.Second
+	defaultMaxKeys         = 100_000
+	defaultMaxPeers        = 1024
+	defaultMaxSnapshotKeys = maxSnapshotKeys
 )
 
 // Memberlist's failure detection, as New sets it before Config.Tune.
@@ -51,16 +53,16 @@ const (
 // probes; a refutation is one gossip message, and a false split shorter
 // than the ladder's first step costs nothing.
 const (
-	DefaultProbeInterval           = 500 * time.Millisecond
-	DefaultProbeTimeout            = 300 * time.Millisecond
-	DefaultSuspicionMult           = 3
-	DefaultSuspicionMaxTimeoutMult = 2
-	DefaultAwarenessMaxMultiplier  = 1
-	// DefaultDeadNodeReclaimTime lets a node that failed come back under
+	defaultProbeInterval           = gossipsim.ProbeInterval // 500ms
+	defaultProbeTimeout            = gossipsim.ProbeTimeout  // 300ms
+	defaultSuspicionMult           = gossipsim.SuspicionMult // 3
+	defaultSuspicionMaxTimeoutMult = gossipsim.SuspicionMaxTimeoutMult
+	defaultAwarenessMaxMultiplier  = 1
+	// defaultDeadNodeReclaimTime lets a node that failed come back under
 	// its name at a new address (a StatefulSet pod restarted on a new IP)
 	// once it has been dead this long; memberlist's own default refuses
 	// it until the dead node is forgotten.
-	DefaultDeadNodeReclaimTime = time.Second
+	defaultDeadNodeReclaimTime = time.Second
 )
 
 // maxSnapshotKeys keeps a push/pull snapshot under the decoder's size cap.
@@ -74,7 +76,7 @@ type Config struct {
 	Name string
 
 	// BindAddr and BindPort are where the node listens, on both UDP and
-	// TCP. BindAddr defaults to DefaultBindAddr, every interface; a
+	// TCP. BindAddr defaults to "0.0.0.0", every interface; a
 	// BindPort of 0 picks a free port, which Addr reports.
 	BindAddr string
 	BindPort int
@@ -115,7 +117,7 @@ type Config struct {
 	Label string
 
 	// GossipInterval is how often queued updates are sent to GossipNodes
-	// random peers. Default DefaultGossipInterval, DefaultGossipNodes.
+	// random peers. Default 50ms, 3.
 	GossipInterval time.Duration
 	GossipNodes    int
 
@@ -126,37 +128,36 @@ type Config struct {
 	// not (each node sends only its own), so each must reach every peer
 	// itself: with 12, an update among 5 nodes misses a given peer about
 	// once in 250 times, and the next update or refresh carries the same
-	// counts. Default DefaultRetransmitMult.
+	// counts. Default 12.
 	RetransmitMult int
 
 	// Grace is how long a peer that has gone silent (crashed, or across a
 	// partition) keeps its share of each key reserved. A peer that leaves
-	// gracefully frees its share at once. Default DefaultGrace.
+	// gracefully frees its share at once. Default 30s.
 	Grace time.Duration
 
 	// RejoinInterval is how often the Seeds are resolved again and those
 	// not members joined, with the peers that went away without leaving;
 	// at least once a second while the node has no peer. It bounds how
 	// long the sides of a split that outlasted memberlist's 30 s of
-	// gossip to the dead take to merge after the heal. Default
-	// DefaultRejoinInterval.
+	// gossip to the dead take to merge after the heal. Default 2s.
 	RejoinInterval time.Duration
 
 	// TCPTimeout bounds each stream to a peer: joins, push/pull and
-	// updates too large for a UDP packet. Default DefaultTCPTimeout.
+	// updates too large for a UDP packet. Default 2s.
 	TCPTimeout time.Duration
 
 	// MaxKeys bounds the keys tracked, this node's and its peers'; entries
 	// for new keys past it are dropped (and counted in Stats). This
-	// node's own keys are always tracked. Default DefaultMaxKeys.
+	// node's own keys are always tracked. Default 100,000.
 	MaxKeys int
 
 	// MaxPeers bounds the distinct node names remembered from the
-	// network. Default DefaultMaxPeers.
+	// network. Default 1,024.
 	MaxPeers int
 
 	// MaxSnapshotKeys bounds the entries in a push/pull snapshot, at most
-	// 10,000. Default DefaultMaxSnapshotKeys.
+	// 10,000. Default 10,000.
 	MaxSnapshotKeys int
 
 	// WrapTransport, if set, wraps the node's network transport; tests use
@@ -186,17 +187,17 @@ func (c Config) withDefaults() (Config, error) {
 		c.Name = host + "-" + hex.EncodeToString(b[:])
 	}
 	if c.BindAddr == "" {
-		c.BindAddr = DefaultBindAddr
+		c.BindAddr = defaultBindAddr
 	}
 	durations := []struct {
 		name string
 		v    *time.Duration
 		def  time.Duration
 	}{
-		{"GossipInterval", &c.GossipInterval, DefaultGossipInterval},
-		{"Grace", &c.Grace, DefaultGrace},
-		{"RejoinInterval", &c.RejoinInterval, DefaultRejoinInterval},
-		{"TCPTimeout", &c.TCPTimeout, DefaultTCPTimeout},
+		{"GossipInterval", &c.GossipInterval, defaultGossipInterval},
+		{"Grace", &c.Grace, defaultGrace},
+		{"RejoinInterval", &c.RejoinInterval, defaultRejoinInterval},
+		{"TCPTimeout", &c.TCPTimeout, defaultTCPTimeout},
 	}
 	for _, d := range durations {
 		if *d.v < 0 {
@@ -211,11 +212,11 @@ func (c Config) withDefaults() (Config, error) {
 		v    *int
 		def  int
 	}{
-		{"GossipNodes", &c.GossipNodes, DefaultGossipNodes},
-		{"RetransmitMult", &c.RetransmitMult, DefaultRetransmitMult},
-		{"MaxKeys", &c.MaxKeys, DefaultMaxKeys},
-		{"MaxPeers", &c.MaxPeers, DefaultMaxPeers},
-		{"MaxSnapshotKeys", &c.MaxSnapshotKeys, DefaultMaxSnapshotKeys},
+		{"GossipNodes", &c.GossipNodes, defaultGossipNodes},
+		{"RetransmitMult", &c.RetransmitMult, defaultRetransmitMult},
+		{"MaxKeys", &c.MaxKeys, defaultMaxKeys},
+		{"MaxPeers", &c.MaxPeers, defaultMaxPeers},
+		{"MaxSnapshotKeys", &c.MaxSnapshotKeys, defaultMaxSnapshotKeys},
 	}
 	for _, n := range ints {
 		if *n.v < 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 )
 
 // Gossip is a fleet.Syncer that shares each key's consumption with the
@@ -143,10 +144,10 @@ func New(cfg Config) (*Gossip, error) {
 	mc.Label = cfg.Label
 	mc.SecretKey, mc.Keyring = cfg.SecretKey, cfg.Keyring
 	mc.Logger = logger
-	mc.ProbeInterval, mc.ProbeTimeout = DefaultProbeInterval, DefaultProbeTimeout
-	mc.SuspicionMult, mc.SuspicionMaxTimeoutMult = DefaultSuspicionMult, DefaultSuspicionMaxTimeoutMult
-	mc.AwarenessMaxMultiplier = DefaultAwarenessMaxMultiplier
-	mc.DeadNodeReclaimTime = DefaultDeadNodeReclaimTime
+	mc.ProbeInterval, mc.ProbeTimeout = defaultProbeInterval, defaultProbeTimeout
+	mc.SuspicionMult, mc.SuspicionMaxTimeoutMult = defaultSuspicionMult, defaultSuspicionMaxTimeoutMult
+	mc.AwarenessMaxMultiplier = defaultAwarenessMaxMultiplier
+	mc.DeadNodeReclaimTime = defaultDeadNodeReclaimTime
 	if cfg.Tune != nil {
 		cfg.Tune(mc)
 		mc.Delegate, mc.Events, mc.Transport = (*delegate)(g), (*events)(g), tr
@@ -183,12 +184,28 @@ type Member struct {
 	Addr string
 }
 
+// gossipStore is a Gossip as package hybrid sees it beyond the Syncer
+// (see internal/store): a census of the fleet, whose method is not
+// Gossip's, so that it is no part of the public API.
+type gossipStore struct{ *Gossip }
+
+var _ store.Census = gossipStore{}
+
+func init() {
+	store.Register(func(s fleet.Syncer) any {
+		if g, ok := s.(*Gossip); ok && g != nil {
+			return gossipStore{g}
+		}
+		return nil
+	})
+}
+
 // Census returns how many members this node sees live, itself
 // included: the fleet's size, for a node that has not yet heard it from
 // a key (hybrid shares a new key's first burst, and a Strict policy's
 // fail-static bucket, by it). node and horizon are ignored: memberlist
 // keeps the membership.
-func (g *Gossip) Census(_ context.Context, _ string, _ time.Duration) (int, error) {
+func (g gossipStore) Census(_ context.Context, _ string, _ time.Duration) (int, error) {
 	return len(g.peers()) + 1, nil
 }
 

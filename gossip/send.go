@@ -29,9 +29,9 @@ func (g *Gossip) budget(interval time.Duration) int {
 // a sync's changed keys for gossip and sends the rest in stream batches
 // to every member.
 func updateBudget(c Config, nodes int, interval time.Duration) int {
-	c.GossipInterval = cmp.Or(c.GossipInterval, DefaultGossipInterval)
-	c.GossipNodes = cmp.Or(c.GossipNodes, DefaultGossipNodes)
-	c.RetransmitMult = cmp.Or(c.RetransmitMult, DefaultRetransmitMult)
+	c.GossipInterval = cmp.Or(c.GossipInterval, defaultGossipInterval)
+	c.GossipNodes = cmp.Or(c.GossipNodes, defaultGossipNodes)
+	c.RetransmitMult = cmp.Or(c.RetransmitMult, defaultRetransmitMult)
 	rounds := max(1, int(interval/c.GossipInterval))
 	packet := 1400 - 2 - len(c.Label) - 2 - 64 // header, label, encryption
 	per := packet / (updateOverhead + len(c.Name))

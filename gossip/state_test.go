@@ -148,7 +148,7 @@ func TestSharesAndGrace(t *testing.T) {
 	assert.Equal(t, 2, g.Nodes)
 	assert.InDelta(t, 0.5, g.Weight, 1e-3, "a silent peer keeps its share for the grace period")
 	assert.True(t, tab.view(later).alone(), "cut off from a peer that did not leave")
-	g = grant(t, tab, "k", 0, 1, t0.add(DefaultGrace+time.Second))
+	g = grant(t, tab, "k", 0, 1, t0.add(defaultGrace+time.Second))
 	assert.Equal(t, 1, g.Nodes)
 	assert.InDelta(t, 1.0, g.Weight, 1e-9)
 }
@@ -288,7 +288,7 @@ func TestSplit(t *testing.T) {
 	tab.merge(&message{kind: kindLeave, sections: []section{{name: []byte("a"), inc: 1}}}, t0.add(5*time.Second))
 	tab.merge(&message{kind: kindLeave, sections: []section{{name: []byte("b"), inc: 1}}}, t0.add(5*time.Second))
 	assert.Zero(t, tab.view(t0.add(6*time.Second)).split, "a and b left gracefully: 2 of 3")
-	assert.Zero(t, tab.view(t0.add(DefaultGrace*11)).split, "c forgotten")
+	assert.Zero(t, tab.view(t0.add(defaultGrace*11)).split, "c forgotten")
 }
 
 // TestRestartedWithClockBehind: a node restarted with its clock behind

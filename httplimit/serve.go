@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -83,9 +84,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fail(l, err)
 			return
 		}
-		d, _ := res.Decision() // TakeN's always carries one
+		d := res.Decision()
 		t := taken{i: i, key: key, n: n, res: res, d: d}
-		if !res.OK() {
+		if !d.Allowed() {
 			undo()
 			h.refuse(w, t, took)
 			return
@@ -134,8 +135,8 @@ func (h *handler) refuse(w http.ResponseWriter, refused taken, passed []taken) {
 	}
 	h.headers(w, passed, &refused)
 	l := &h.limits[refused.i]
-	delay := refused.res.Delay()
-	if delay == hybrid.Never {
+	delay := refused.d.RetryAfter()
+	if delay == local.Never {
 		// The cost is above what the policy can ever hold: no wait makes
 		// it pass, so no Retry-After, and not a 429, which says to wait.
 		problem(w, http.StatusRequestEntityTooLarge, problemBody{
@@ -188,7 +189,7 @@ func (h *handler) headers(w http.ResponseWriter, passed []taken, refused *taken)
 		known := reset > 0 || left >= d.Limit()
 		if refused != nil && i == len(all)-1 {
 			known = true
-			if delay := t.res.Delay(); delay != hybrid.Never {
+			if delay := t.d.RetryAfter(); delay != local.Never {
 				left, reset = 0, max(reset, delay) // full again no sooner than one more is admitted
 			}
 		}

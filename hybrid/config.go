@@ -13,7 +13,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
-	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -29,9 +29,9 @@ const (
 	// defaultStrictTimeout bounds one Strict decision's round trip.
 	defaultStrictTimeout = 50 * time.Millisecond
 	// defaultMaxKeys caps the keys a Limiter tracks.
-	defaultMaxKeys = local.DefaultMaxKeys
+	defaultMaxKeys = 1 << 20 // as local.Config.MaxKeys
 	// defaultMaxKeyLen is the longest key accepted, in bytes.
-	defaultMaxKeyLen = local.DefaultMaxKeyLen
+	defaultMaxKeyLen = 256 // as local.Config.MaxKeyLen
 	// defaultIdleTimeout is how long a key goes without requests before
 	// its lease is returned and it is forgotten.
 	defaultIdleTimeout = 10 * time.Second
@@ -266,7 +266,7 @@ func (c Config) withDefaults() (Config, error) {
 		name string
 		s    fleet.Syncer
 	}{{"Syncer", c.Syncer}, {"Failover", c.Failover}} {
-		m, ok := f.s.(keyLenLimiter)
+		m, ok := store.Of(f.s).(store.KeyLenLimiter)
 		switch {
 		case !ok || isNil(f.s) || c.MaxKeyLen <= m.MaxKeyLen():
 		case defaulted:
@@ -344,10 +344,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
-
-// keyLenLimiter is a Syncer that refuses keys longer than MaxKeyLen, as
-// global.Redis does.
-type keyLenLimiter interface{ MaxKeyLen() int }
 
 // isNil reports whether s holds a nil pointer, as a constructor returns
 // beside its error: New refuses it rather than fail at the first sync.

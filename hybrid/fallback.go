@@ -16,14 +16,14 @@ import (
 // lease nor the fleet can answer. now is always read by then.
 func (l *Limiter) failed(k *keyState, now, n int64) Decision {
 	if n > k.pol.capacity {
-		return Decision{limit: ^k.pol.capacity, retryAfter: Never} // not even FailOpen admits it
+		return makeDecision(k.pol.capacity, 0, local.Never, 0, true) // not even FailOpen admits it
 	}
 	switch k.pol.OnUnreachable {
 	case FailOpen:
 		k.spend(n)
-		return Decision{limit: ^k.pol.capacity, remaining: k.pol.capacity}
+		return makeDecision(k.pol.capacity, k.pol.capacity, 0, 0, true)
 	case FailClosed:
-		return Decision{limit: ^k.pol.capacity, retryAfter: l.retryAfter(now)}
+		return makeDecision(k.pol.capacity, 0, l.retryAfter(now), 0, true)
 	}
 	l.sizeFallback(k, now)
 	r, err := k.pol.local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
@@ -33,7 +33,7 @@ func (l *Limiter) failed(k *keyState, now, n int64) Decision {
 	if r.Allowed() && n > 0 {
 		k.spend(n)
 	}
-	return fromLocal(r, true)
+	return degrade(r)
 }
 
 // share is the part of the fleet's quota this node counts as its own when
@@ -80,7 +80,7 @@ func (l *Limiter) sizeFallback(k *keyState, now int64) {
 		keep = int64(w * float64(max(0, k.fleetRemaining.Load())))
 	case old != 0 && burst > 0:
 		r, _ := k.pol.local.AllowNAt(k.key, at, 0)
-		keep = r.Remaining
+		keep = r.Remaining()
 	}
 	if keep >= 0 {
 		k.pol.local.Delete(k.key)

@@ -14,6 +14,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 )
 
 // fixedLease is a fleet that grants every key lease tokens at each sync,
@@ -45,7 +46,7 @@ func drainKey(t *testing.T, l *hybrid.Limiter, key string) int {
 	return n
 }
 
-// TestCancelCannotMint checks that no sequence of TakeN, ReserveN and
+// TestCancelCannotMint checks that no sequence of TakeN and
 // Cancel lets a node admit more than its lease: Cancel gives back once,
 // and a cost of zero or less takes and gives back nothing. Before the
 // fix, one TakeN and 1,000 Cancels admitted 1,099 against a lease of 100,
@@ -57,10 +58,9 @@ func TestCancelCannotMint(t *testing.T) {
 		take func(l *hybrid.Limiter) (*hybrid.Reservation, error)
 	}{
 		{"TakeN(1)", func(l *hybrid.Limiter) (*hybrid.Reservation, error) { return l.TakeN("k", 1) }},
-		{"ReserveN(1)", func(l *hybrid.Limiter) (*hybrid.Reservation, error) { return l.ReserveN("k", 1) }},
 		{"TakeN(-50)", func(l *hybrid.Limiter) (*hybrid.Reservation, error) { return l.TakeN("k", -50) }},
 		{"TakeN(0)", func(l *hybrid.Limiter) (*hybrid.Reservation, error) { return l.TakeN("k", 0) }},
-		{"ReserveN(MinInt32)", func(l *hybrid.Limiter) (*hybrid.Reservation, error) { return l.ReserveN("k", -1<<31) }},
+		{"TakeN(MinInt32)", func(l *hybrid.Limiter) (*hybrid.Reservation, error) { return l.TakeN("k", -1<<31) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -103,12 +103,8 @@ func TestErrorRefuses(t *testing.T) {
 		r, err := l.TakeN(key, 1)
 		require.Error(t, err)
 		require.NotNil(t, r)
-		assert.False(t, r.OK())
+		assert.False(t, r.Decision().Allowed())
 		r.Cancel()
-		r, err = l.ReserveN(key, 1)
-		require.Error(t, err)
-		require.NotNil(t, r)
-		assert.False(t, r.OK())
 	}
 }
 
@@ -160,10 +156,10 @@ func TestClosedLimiterFollowsFailMode(t *testing.T) {
 // strictAnswer is a Strict store that answers every decision with d.
 type strictAnswer struct {
 	*scripted
-	d fleet.Decision
+	d store.Decision
 }
 
-func (s *strictAnswer) Allow(context.Context, string, fleet.Limit, int64) (fleet.Decision, error) {
+func (s *strictAnswer) Allow(context.Context, string, fleet.Limit, int64) (store.Decision, error) {
 	return s.d, nil
 }
 
@@ -173,7 +169,7 @@ func (s *strictAnswer) Allow(context.Context, string, fleet.Limit, int64) (fleet
 // admit.
 func TestStrictReadsAllowed(t *testing.T) {
 	t.Parallel()
-	s := &strictAnswer{scripted: newScripted(0), d: fleet.Decision{Allowed: false}}
+	s := &strictAnswer{scripted: newScripted(0), d: store.Decision{Allowed: false}}
 	l, _ := manual(t, hybrid.Config{Syncer: s, Policies: []hybrid.Policy{
 		{Name: "strict", Mode: hybrid.Strict, Limit: 100, Window: time.Second},
 	}})
@@ -331,7 +327,7 @@ func TestCancelDuringSync(t *testing.T) {
 			}
 			r, err := l.TakeN("k", 10)
 			require.NoError(t, err)
-			require.True(t, r.OK())
+			require.True(t, r.Decision().Allowed())
 			held = r
 			clk.Advance(100 * time.Millisecond)
 			require.NoError(t, l.SyncOnce(ctx))
@@ -383,7 +379,7 @@ func TestCancelAfterGrantCounted(t *testing.T) {
 	ctx := context.Background()
 	r, err := l.TakeN("k", 10)
 	require.NoError(t, err)
-	require.True(t, r.OK())
+	require.True(t, r.Decision().Allowed())
 	clk.Advance(100 * time.Millisecond)
 	require.NoError(t, l.SyncOnce(ctx)) // reports the 10; a full lease again
 	r.Cancel()                          // the allowance is full: nothing comes back
@@ -429,12 +425,12 @@ func TestKeyErrorReportKept(t *testing.T) {
 // or err, and counts the calls.
 type countingStrict struct {
 	*scripted
-	d     fleet.Decision
+	d     store.Decision
 	err   error
 	calls int
 }
 
-func (s *countingStrict) Allow(context.Context, string, fleet.Limit, int64) (fleet.Decision, error) {
+func (s *countingStrict) Allow(context.Context, string, fleet.Limit, int64) (store.Decision, error) {
 	s.calls++
 	return s.d, s.err
 }
@@ -464,7 +460,7 @@ func TestStrictKeyErrors(t *testing.T) {
 	assert.Equal(t, 1, h.FailingKeys)
 	require.ErrorIs(t, h.KeyError, fleet.ErrCorrupt)
 
-	s.err, s.d = nil, fleet.Decision{Allowed: true, Remaining: 10}
+	s.err, s.d = nil, store.Decision{Allowed: true, Remaining: 10}
 	d, err := l.Allow("k")
 	require.NoError(t, err)
 	assert.False(t, d.Degraded())

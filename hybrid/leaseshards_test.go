@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
-	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
@@ -277,7 +276,7 @@ func hgetInt(t *testing.T, c redis.UniversalClient, key, field string) (int64, b
 // hgetShardInt is hgetInt on the lease state of key's shard.
 func hgetShardInt(t *testing.T, c redis.UniversalClient, key string, sh fleet.Shard, field string) (int64, bool) {
 	t.Helper()
-	v, err := c.HGet(context.Background(), global.DefaultPrefix+"{"+key+sh.String()+"}:lease", field).Result()
+	v, err := c.HGet(context.Background(), redisPrefix+"{"+key+sh.String()+"}:lease", field).Result()
 	if err == redis.Nil {
 		return 0, false
 	}

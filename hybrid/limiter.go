@@ -207,9 +207,6 @@ func (l *Limiter) Config() Config { return l.cfg }
 // now is the Limiter's time: nanoseconds since New.
 func (l *Limiter) now() int64 { return l.clk.Nanotime() - l.mono }
 
-// at converts a wall time to the Limiter's time.
-func (l *Limiter) at(t time.Time) int64 { return int64(t.Sub(l.epoch)) }
-
 // noTime asks the decision to read the clock only if it needs to.
 const noTime = math.MinInt64
 
@@ -227,13 +224,6 @@ func (l *Limiter) Allow(key string) (Decision, error) { return l.allow(key, noTi
 // and Health counts the keys the fleet refused.
 func (l *Limiter) AllowN(key string, n int) (Decision, error) {
 	return l.allow(key, noTime, int64(n))
-}
-
-// AllowNAt is AllowN at time t, for callers that already read the clock.
-// Only Local policies decide by it; Hybrid and Strict decisions depend on
-// what the fleet granted, and t only dates their estimates.
-func (l *Limiter) AllowNAt(key string, t time.Time, n int) (Decision, error) {
-	return l.allow(key, l.at(t), int64(n))
 }
 
 func (l *Limiter) allow(key string, now, n int64) (Decision, error) {
@@ -278,11 +268,7 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 		if early {
 			l.askEarly(k)
 		}
-		return Decision{
-			limit:      k.pol.capacity,
-			remaining:  k.fleetRemaining.Load() + left,
-			resetAfter: time.Duration(max(0, k.resetAt.Load()-now)),
-		}, nil
+		return makeDecision(k.pol.capacity, k.fleetRemaining.Load()+left, 0, time.Duration(max(0, k.resetAt.Load()-now)), false), nil
 	}
 	return l.short(k, now, n)
 }
@@ -292,10 +278,9 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 	if k.retired.Load() {
 		return l.allow(k.key, now, n)
 	}
-	d := Decision{limit: k.pol.capacity, resetAfter: time.Duration(max(0, k.resetAt.Load()-now))}
+	reset := time.Duration(max(0, k.resetAt.Load()-now))
 	if n > k.pol.capacity {
-		d.retryAfter = Never
-		return d, nil
+		return makeDecision(k.pol.capacity, 0, local.Never, reset, false), nil
 	}
 	if l.degraded.Load() || k.failing.Load() {
 		return l.failed(k, now, n), nil
@@ -310,12 +295,11 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 	if l.refusedLate(k, now) {
 		runtime.Gosched() // see refusedLate
 	}
-	d.remaining = k.fleetRemaining.Load() + k.allowance()
-	d.retryAfter = l.retryAfter(now)
+	retry := l.retryAfter(now)
 	if pacing {
-		d.retryAfter = max(1, min(d.retryAfter, time.Duration(n)*k.pace.next(now)))
+		retry = max(1, min(retry, time.Duration(n)*k.pace.next(now)))
 	}
-	return d, nil
+	return makeDecision(k.pol.capacity, k.fleetRemaining.Load()+k.allowance(), retry, reset, false), nil
 }
 
 // retryAfter is how long until the next regular sync brings a new lease.
@@ -390,7 +374,7 @@ func (l *Limiter) errDecision(err error) Decision {
 	if errors.Is(err, ErrTooManyKeys) || errors.Is(err, local.ErrTooManyKeys) {
 		return refusedDecision(l.cfg.Interval)
 	}
-	return refusedDecision(Never)
+	return refusedDecision(local.Never)
 }
 
 // resolve finds key's policy.

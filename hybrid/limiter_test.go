@@ -14,6 +14,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // scripted is a Syncer for unit tests of the hybrid logic: it records each
@@ -439,6 +440,6 @@ func TestNeverAdmissible(t *testing.T) {
 	l, _ := stepped(t, newScripted(1_000_000, "k"), fleet.DemandWeighted)
 	d, err := l.AllowN("k", 1001)
 	require.NoError(t, err)
-	assert.Equal(t, hybrid.Never, d.RetryAfter())
+	assert.Equal(t, local.Never, d.RetryAfter())
 	assert.Error(t, l.WaitN(context.Background(), "k", 1001))
 }

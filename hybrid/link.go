@@ -161,14 +161,6 @@ func (l *Limiter) call(ctx context.Context, f *link, i int, batch []*keyState, m
 	return resp, err
 }
 
-// Health is a Limiter's link to its fleet: partition.Healthy while the
-// last sync reached the fleet; Degraded and then Emergency while it is
-// cut off, or on the minority side of a split, with the ladder's factor
-// in force. A part of the fleet down while the rest answers (a Redis
-// Cluster master) leaves it Healthy, with FailingKeys counting that
-// part's keys and a KeyError wrapping fleet.ErrUnreachable.
-type Health = partition.Health
-
 // health follows the Limiter's contact with its fleet, on the Limiter's
 // clock.
 type health struct {
@@ -206,17 +198,22 @@ func (l *Limiter) cutOff(now int64, since int64, partial bool) {
 
 // Health reports the Limiter's link to its fleet now: its level, how long
 // it has been at it, the ladder's factor in force, and how late its sync
-// loop runs. A node in touch with its fleet that refused a request
+// loop runs. It is partition.Healthy while the last sync reached the
+// fleet; Degraded and then Emergency while the node is cut off, or on the
+// minority side of a split, with the ladder's factor in force. A part of
+// the fleet down while the rest answers (a Redis Cluster master) leaves
+// it Healthy, with FailingKeys counting that part's keys and a KeyError
+// wrapping fleet.ErrUnreachable. A node in touch with its fleet that refused a request
 // under the limit for lateness (its lease spent while its loop ran more
 // than a quarter Interval late, as a loop starved of CPU does) within
 // the last 20 Intervals is Degraded, with the factor at 1, since its
 // first such refusal. A Limiter with no Syncer is always Healthy.
-func (l *Limiter) Health() Health {
+func (l *Limiter) Health() partition.Health {
 	now := l.now()
 	h := &l.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out Health
+	var out partition.Health
 	if h.cut {
 		out = l.ladder.Health(time.Duration(max(1, now-h.cutSince)), 0)
 	} else {

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
-	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
@@ -80,7 +79,7 @@ func masterDown(t *testing.T, stop func(*redistest.Server)) {
 	var live, lost []string
 	for i := 0; len(live) < 4 || len(lost) < 2; i++ {
 		key := fmt.Sprintf("tenant-%d", i)
-		switch m := c.MasterFor(global.DefaultPrefix + "{" + key + "}:lease"); {
+		switch m := c.MasterFor(redisPrefix + "{" + key + "}:lease"); {
 		case m == dead && len(lost) < 2:
 			lost = append(lost, key)
 		case m != dead && len(live) < 4:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -67,7 +68,7 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 		return l.allowLocal(k.pol, k.key, now, n)
 	}
 	if n <= 0 {
-		return Decision{limit: k.pol.capacity}, nil
+		return makeDecision(k.pol.capacity, 0, 0, 0, false), nil
 	}
 	f := l.fleets[0]
 	if !f.closed.Load() || l.closed.Load() {
@@ -86,7 +87,7 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 		l.hot.Observe(k.key)
 	}
 	ctx, cancel := context.WithTimeout(parent, l.cfg.StrictTimeout)
-	var g fleet.Decision
+	var g store.Decision
 	var err error
 	set := k.shards.Load()
 	if set != nil && l.now() < k.shardUntil.Load() {
@@ -129,19 +130,17 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 	case err == nil:
 		k.resetFallback()
 		l.keyAnswered(k)
-		d := Decision{limit: k.pol.capacity, remaining: max(0, g.Remaining), resetAfter: max(0, g.ResetAfter)}
+		var retry time.Duration
 		switch {
 		case g.Allowed:
-		case g.RetryAfter == Never:
-			d.retryAfter = Never
-		case g.RetryAfter > 0:
-			d.retryAfter = g.RetryAfter
+		case g.RetryAfter > 0: // local.Never included
+			retry = g.RetryAfter
 		default:
 			// Refused with no time to wait: not an answer the store's
 			// scripts give, but a refusal all the same.
-			d.retryAfter = l.retryAfter(now)
+			retry = l.retryAfter(now)
 		}
-		return d, nil
+		return makeDecision(k.pol.capacity, max(0, g.Remaining), retry, max(0, g.ResetAfter), false), nil
 	case errors.Is(err, fleet.ErrInvalid) || errors.Is(err, fleet.ErrCorrupt):
 		// The store answered but not for this key: it follows the
 		// FailMode like an outage, and Health counts it.
@@ -205,7 +204,7 @@ func (l *Limiter) allowLocal(p *policy, key string, now, n int64) (Decision, err
 	if len(key) > l.cfg.MaxKeyLen {
 		return l.errDecision(ErrKeyTooLong), ErrKeyTooLong
 	}
-	var r local.Result
+	var r local.Decision
 	var err error
 	if now == noTime {
 		r, err = p.local.AllowN(key, int(n))
@@ -215,7 +214,7 @@ func (l *Limiter) allowLocal(p *policy, key string, now, n int64) (Decision, err
 	if err = localErr(err); err != nil {
 		return l.errDecision(err), err
 	}
-	return fromLocal(r, false), nil
+	return r, nil
 }
 
 // localErr is err, from a Local policy's local.Limiter, as the Limiter

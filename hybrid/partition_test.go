@@ -13,6 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -226,9 +227,9 @@ type strictDown struct {
 	calls atomic.Int64
 }
 
-func (s *strictDown) Allow(context.Context, string, fleet.Limit, int64) (fleet.Decision, error) {
+func (s *strictDown) Allow(context.Context, string, fleet.Limit, int64) (store.Decision, error) {
 	s.calls.Add(1)
-	return fleet.Decision{}, errDown
+	return store.Decision{}, errDown
 }
 
 // TestStrictFailStatic checks that Strict decisions fall back to a local

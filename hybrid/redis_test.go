@@ -154,3 +154,7 @@ func TestEarlySync(t *testing.T) {
 	// The starter credit is 1% of one interval's quota: 10,000.
 	assert.GreaterOrEqual(t, admitted, 30_000, "early syncs refilled the lease")
 }
+
+// redisPrefix starts the Redis keys of a global.Redis with the default
+// RedisConfig.Prefix.
+const redisPrefix = "hl:"

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/sketch"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -109,7 +110,7 @@ func (set *shardSet) used(now int64) int64 {
 // hot nodes renew it every interval, and a mark lost with a Redis
 // restart, or renewed with another shard count, is noticed within that
 // time, not after the whole mark.
-func (k *keyState) adopt(g fleet.Decision, now int64, interval time.Duration) *shardSet {
+func (k *keyState) adopt(g store.Decision, now int64, interval time.Duration) *shardSet {
 	k.shardUntil.Store(now + int64(min(g.ShardedFor, interval*3/2)))
 	if set := k.shards.Load(); set != nil && len(set.keys) == g.Shards {
 		return set
@@ -127,10 +128,10 @@ func (set *shardSet) saw(i int, remaining, now int64) {
 
 // decideSharded decides a Strict request on a sharded key: the next shard
 // in turn, then the one after if that refused.
-func (l *Limiter) decideSharded(ctx context.Context, k *keyState, set *shardSet, n int64) (fleet.Decision, error) {
+func (l *Limiter) decideSharded(ctx context.Context, k *keyState, set *shardSet, n int64) (store.Decision, error) {
 	st := l.dir
 	if st == nil {
-		return fleet.Decision{}, fmt.Errorf("hybrid: Config.Syncer split key %q into shards, but %T keeps no directory of sharded keys", k.key, l.cfg.Syncer)
+		return store.Decision{}, fmt.Errorf("hybrid: Config.Syncer split key %q into shards, but %T keeps no directory of sharded keys", k.key, l.cfg.Syncer)
 	}
 	i := int(set.next.Add(1) % uint32(len(set.keys)))
 	g, err := st.AllowShard(ctx, k.key, set.keys[i], set.limit, n)
@@ -219,14 +220,14 @@ func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 			l.chargeShards(ctx, k.key, set, spent)
 			k.shards.Store(set)
 		}
-		k.adopt(fleet.Decision{Shards: n, ShardedFor: ttl}, now, l.cfg.Interval)
+		k.adopt(store.Decision{Shards: n, ShardedFor: ttl}, now, l.cfg.Interval)
 		l.list(k)
 	}
 }
 
 // peek asks k's own Redis key how it stands, deciding nothing: what it
 // has left, or the fleet's mark if the key is split.
-func (l *Limiter) peek(ctx context.Context, k *keyState) (fleet.Decision, error) {
+func (l *Limiter) peek(ctx context.Context, k *keyState) (store.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
 	defer cancel()
 	return l.strict.Allow(ctx, k.key, k.pol.limit, 0)

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
-	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/store"
@@ -62,7 +61,7 @@ func (s *bucketStore) ChargeShardAtLeast(ctx context.Context, key string, sh fle
 	return s.ChargeAtLeast(ctx, key+sh.String(), lim, used)
 }
 
-func (s *bucketStore) AllowShard(ctx context.Context, key string, sh fleet.Shard, lim fleet.Limit, n int64) (fleet.Decision, error) {
+func (s *bucketStore) AllowShard(ctx context.Context, key string, sh fleet.Shard, lim fleet.Limit, n int64) (store.Decision, error) {
 	return s.Allow(ctx, key+sh.String(), lim, n)
 }
 
@@ -78,25 +77,25 @@ func (s *bucketStore) ChargeAtLeast(_ context.Context, key string, lim fleet.Lim
 	if capacity == 0 {
 		capacity = lim.Limit
 	}
-	if spent := capacity - r.Remaining; used > spent {
-		_, err = l.AllowN(key, int(min(used-spent, int64(r.Remaining))))
+	if spent := capacity - r.Remaining(); used > spent {
+		_, err = l.AllowN(key, int(min(used-spent, int64(r.Remaining()))))
 	}
 	return err
 }
 
-func (s *bucketStore) Allow(_ context.Context, key string, lim fleet.Limit, n int64) (fleet.Decision, error) {
+func (s *bucketStore) Allow(_ context.Context, key string, lim fleet.Limit, n int64) (store.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m, ok := s.marks[key]; ok && s.clk.Now().Before(m.until) {
-		return fleet.Decision{Shards: m.shards, ShardedFor: m.until.Sub(s.clk.Now())}, nil
+		return store.Decision{Shards: m.shards, ShardedFor: m.until.Sub(s.clk.Now())}, nil
 	}
 	l, err := s.bucket(key, lim)
 	if err != nil {
-		return fleet.Decision{}, err
+		return store.Decision{}, err
 	}
 	s.calls[key]++
 	r, err := l.AllowN(key, int(n))
-	return fleet.Decision{Allowed: r.Allowed(), Remaining: r.Remaining, RetryAfter: r.RetryAfter}, err
+	return store.Decision{Allowed: r.Allowed(), Remaining: r.Remaining(), RetryAfter: r.RetryAfter()}, err
 }
 
 func (s *bucketStore) bucket(key string, lim fleet.Limit) (*local.Limiter, error) {
@@ -403,7 +402,7 @@ func TestShardNamesUnreachable(t *testing.T) {
 		}
 	}
 	assert.Equal(t, limit, admitted, "the victim is admitted its whole limit")
-	own, err := s.Client(t).Exists(context.Background(), global.DefaultPrefix+"{"+victim+"}:gcra").Result()
+	own, err := s.Client(t).Exists(context.Background(), redisPrefix+"{"+victim+"}:gcra").Result()
 	require.NoError(t, err)
 	assert.Zero(t, own, "the victim was decided on its shards, not on its own key")
 }

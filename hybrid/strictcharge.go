@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 )
 
 // What a Strict key admits while the store cannot be reached (FailStatic
@@ -78,12 +79,12 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 				if int64(j) < rest {
 					c++
 				}
-				s.charges = append(s.charges, fleet.StrictCharge{Key: k.key, Shard: sh, Limit: set.limit, N: c})
+				s.charges = append(s.charges, store.StrictCharge{Key: k.key, Shard: sh, Limit: set.limit, N: c})
 				s.chargeOf = append(s.chargeOf, i)
 			}
 			continue
 		}
-		s.charges = append(s.charges, fleet.StrictCharge{Key: k.key, Limit: k.pol.limit, N: n})
+		s.charges = append(s.charges, store.StrictCharge{Key: k.key, Limit: k.pol.limit, N: n})
 		s.chargeOf = append(s.chargeOf, i)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)

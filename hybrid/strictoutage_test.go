@@ -12,6 +12,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 )
@@ -98,13 +99,13 @@ type downStrict struct {
 	down bool
 }
 
-func (s *downStrict) Allow(context.Context, string, fleet.Limit, int64) (fleet.Decision, error) {
+func (s *downStrict) Allow(context.Context, string, fleet.Limit, int64) (store.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
-		return fleet.Decision{}, errDown
+		return store.Decision{}, errDown
 	}
-	return fleet.Decision{Allowed: true, Remaining: 1}, nil
+	return store.Decision{Allowed: true, Remaining: 1}, nil
 }
 
 // TestStrictNoChargerForgets: with a StrictDecider that is not a

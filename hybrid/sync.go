@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 )
 
 // syncState is the sync loop's scratch space, reused across syncs under
@@ -25,7 +26,7 @@ type syncState struct {
 	consumed  []int64     // callLeases: each batch key's unreported consumption
 	owed      []*keyState // Strict keys with admissions to charge to the store
 	probe     *keyState   // a Strict key, to probe the store's breaker with
-	charges   []fleet.StrictCharge
+	charges   []store.StrictCharge
 	chargeOf  []int    // the owed key each charge is for
 	spentAt   []int64  // each owed key's extra when its charge was sent
 	targets   []target // callLeases: what each Usage of a request is for

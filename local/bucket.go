@@ -74,7 +74,7 @@ func (b *bucket) init(p *params) {
 
 // take decides a request of cost n >= 0 at now (nanoseconds since the
 // epoch). ok is false if the bucket was retired; the caller must reload.
-func (b *bucket) take(now, n int64) (r Result, ok bool) {
+func (b *bucket) take(now, n int64) (r Decision, ok bool) {
 	switch b.p.alg {
 	case TokenBucket:
 		return b.takeGCRA(now, n)
@@ -90,14 +90,14 @@ func (b *bucket) take(now, n int64) (r Result, ok bool) {
 // takeGCRA is the generic cell rate algorithm: a request of cost n conforms
 // if, after pushing the TAT n emission intervals past max(TAT, now), the
 // bucket runs no more than tau ahead of now.
-func (b *bucket) takeGCRA(now, n int64) (Result, bool) {
+func (b *bucket) takeGCRA(now, n int64) (Decision, bool) {
 	tat, allowed, ok := b.gcra(now, n)
 	return b.p.gcraResult(tat, now, n, allowed), ok
 }
 
 // gcra decides and returns the TAT after the decision (the one it found,
-// if refused). It returns raw words rather than a Result so that the hot
-// path builds the Result once, in registers, instead of copying it up
+// if refused). It returns raw words rather than a Decision so that the hot
+// path builds the Decision once, in registers, instead of copying it up
 // through every call.
 func (b *bucket) gcra(now, n int64) (tat int64, allowed, ok bool) {
 	p := b.p
@@ -118,8 +118,8 @@ func (b *bucket) gcra(now, n int64) (tat int64, allowed, ok bool) {
 
 // gcraResult describes a decision for a request of cost n that left the
 // bucket at tat.
-func (p *params) gcraResult(tat, now, n int64, allowed bool) Result {
-	// One composite literal, so the compiler keeps the Result in registers.
+func (p *params) gcraResult(tat, now, n int64, allowed bool) Decision {
+	// One composite literal, so the compiler keeps the Decision in registers.
 	remaining, reset := p.gcraLeft(tat, now)
 	var retry time.Duration
 	switch {
@@ -129,7 +129,7 @@ func (p *params) gcraResult(tat, now, n int64, allowed bool) Result {
 	default:
 		retry = time.Duration(max(tat, now) + n*p.t - p.tau - now)
 	}
-	return Result{Limit: p.burst, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
+	return Decision{limit: p.burst, remaining: remaining, retryAfter: retry, resetAfter: reset}
 }
 
 // gcraLeft returns the whole tokens left and the time to full for a TAT.
@@ -205,9 +205,9 @@ func countIn(st int64, w int64) int64 {
 	return c
 }
 
-func (b *bucket) takeFixed(now, n int64) (Result, bool) {
+func (b *bucket) takeFixed(now, n int64) (Decision, bool) {
 	p := b.p
-	r := Result{Limit: p.limit}
+	r := Decision{limit: p.limit}
 	w := floorDiv(now, p.window)
 	for {
 		st := b.s0.Load()
@@ -218,19 +218,19 @@ func (b *bucket) takeFixed(now, n int64) (Result, bool) {
 		count := countIn(st, ew)
 		end := (ew+1)*p.window - now
 		if n > p.limit || (n > 0 && count+n > p.limit) {
-			r.Remaining = p.limit - count
-			r.ResetAfter = time.Duration(end)
+			r.remaining = p.limit - count
+			r.resetAfter = time.Duration(end)
 			if n > p.limit {
-				r.RetryAfter = Never
+				r.retryAfter = Never
 			} else {
-				r.RetryAfter = time.Duration(end)
+				r.retryAfter = time.Duration(end)
 			}
 			return r, true
 		}
 		if n == 0 || b.s0.CompareAndSwap(st, packWin(ew, count+n)) {
-			r.Remaining = max(0, p.limit-count-n)
+			r.remaining = max(0, p.limit-count-n)
 			if count+n > 0 {
-				r.ResetAfter = time.Duration(end)
+				r.resetAfter = time.Duration(end)
 			}
 			return r, true
 		}
@@ -278,9 +278,9 @@ func slidingEstimate(prev, cur, window, elapsed int64) int64 {
 	return int64(mulDivCeil(uint64(prev), uint64(window-elapsed), uint64(window))) + cur
 }
 
-func (b *bucket) takeSliding(now, n int64) (Result, bool) {
+func (b *bucket) takeSliding(now, n int64) (Decision, bool) {
 	p := b.p
-	r := Result{Limit: p.limit}
+	r := Decision{limit: p.limit}
 	w := floorDiv(now, p.window)
 	for {
 		a, c := b.s0.Load(), b.s1.Load()
@@ -297,18 +297,18 @@ func (b *bucket) takeSliding(now, n int64) (Result, bool) {
 		elapsed := min(max(now-start, 0), p.window)
 		est := slidingEstimate(prev, cur, p.window, elapsed)
 		if n > p.limit || (n > 0 && est+n > p.limit) {
-			r.Remaining = max(0, p.limit-est)
-			r.ResetAfter = slidingReset(p, start, now, prev, cur)
+			r.remaining = max(0, p.limit-est)
+			r.resetAfter = slidingReset(p, start, now, prev, cur)
 			if n > p.limit {
-				r.RetryAfter = Never
+				r.retryAfter = Never
 			} else {
-				r.RetryAfter = slidingRetry(p, start, now, prev, cur, n)
+				r.retryAfter = slidingRetry(p, start, now, prev, cur, n)
 			}
 			return r, true
 		}
 		if n == 0 || slot.CompareAndSwap(curWord, packWin(ew, cur+n)) {
-			r.Remaining = max(0, p.limit-est-n)
-			r.ResetAfter = slidingReset(p, start, now, prev, cur+n)
+			r.remaining = max(0, p.limit-est-n)
+			r.resetAfter = slidingReset(p, start, now, prev, cur+n)
 			return r, true
 		}
 	}

@@ -58,20 +58,18 @@ func (a Algorithm) String() string {
 
 // Defaults for the zero fields of a Config.
 const (
-	// DefaultMaxKeys is the default cap on live keys.
-	DefaultMaxKeys = 1 << 20
-	// DefaultMaxKeyLen is the default longest key, in bytes.
-	DefaultMaxKeyLen = 256
+	defaultMaxKeys   = 1 << 20 // the cap on live keys
+	defaultMaxKeyLen = 256     // the longest key, in bytes
 )
 
 // Bounds checked by New.
 const (
-	// MaxWindowLimit is the largest Limit the window algorithms can count
+	// maxWindowLimit is the largest Limit the window algorithms can count
 	// in one window.
-	MaxWindowLimit = math.MaxInt32
-	// MaxLogLimit is the largest Limit SlidingLog accepts: its memory is
+	maxWindowLimit = math.MaxInt32
+	// maxLogLimit is the largest Limit SlidingLog accepts: its memory is
 	// 8 bytes per unit of Limit per key.
-	MaxLogLimit = 1 << 20
+	maxLogLimit = 1 << 20
 )
 
 // Config describes a Limiter. The zero value of every optional field means
@@ -81,7 +79,9 @@ type Config struct {
 	Algorithm Algorithm
 
 	// Limit is how many requests each key may make per Window. Required,
-	// at least 1.
+	// at least 1; at most 2^31-1 for the window algorithms, which count in
+	// 32 bits, and 2^20 for SlidingLog, which keeps 8 bytes per unit of
+	// Limit per key.
 	Limit int64
 
 	// Window is the period over which Limit applies. Required, positive.
@@ -104,11 +104,11 @@ type Config struct {
 	// keys cannot exhaust memory. When a new key would pass it, idle keys
 	// (those that would decide exactly as a new key) are removed to make
 	// room; a key that has spent anything is never forgotten, so if none
-	// is idle the new key gets ErrTooManyKeys. Default DefaultMaxKeys.
+	// is idle the new key gets ErrTooManyKeys. Default 2^20 (1,048,576).
 	MaxKeys int
 
 	// MaxKeyLen is the longest key accepted, in bytes; longer keys get
-	// ErrKeyTooLong. Default DefaultMaxKeyLen.
+	// ErrKeyTooLong. Default 256.
 	MaxKeyLen int
 
 	// Clock is the time source. Default: the system clock, or in a
@@ -134,15 +134,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.MaxKeys == 0:
-		c.MaxKeys = DefaultMaxKeys
+		c.MaxKeys = defaultMaxKeys
 	case c.MaxKeys < 0:
-		return c, fmt.Errorf("local: Config.MaxKeys is %d; it must be positive (or 0 for the default %d)", c.MaxKeys, DefaultMaxKeys)
+		return c, fmt.Errorf("local: Config.MaxKeys is %d; it must be positive (or 0 for the default %d)", c.MaxKeys, defaultMaxKeys)
 	}
 	switch {
 	case c.MaxKeyLen == 0:
-		c.MaxKeyLen = DefaultMaxKeyLen
+		c.MaxKeyLen = defaultMaxKeyLen
 	case c.MaxKeyLen < 0:
-		return c, fmt.Errorf("local: Config.MaxKeyLen is %d; it must be positive (or 0 for the default %d)", c.MaxKeyLen, DefaultMaxKeyLen)
+		return c, fmt.Errorf("local: Config.MaxKeyLen is %d; it must be positive (or 0 for the default %d)", c.MaxKeyLen, defaultMaxKeyLen)
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Default()
@@ -195,12 +195,12 @@ func checkLimits(alg Algorithm, limit int64, window time.Duration, burst int64) 
 			return fmt.Errorf("local: Config.Burst %d is too large for Limit %d per Window %v: the bucket would span more than %v", burst, limit, window, time.Duration(math.MaxInt64/4))
 		}
 	case SlidingWindow, FixedWindow:
-		if limit > MaxWindowLimit {
-			return fmt.Errorf("local: Config.Limit %d is above %d, the most a window algorithm counts", limit, MaxWindowLimit)
+		if limit > maxWindowLimit {
+			return fmt.Errorf("local: Config.Limit %d is above %d, the most a window algorithm counts", limit, maxWindowLimit)
 		}
 	case SlidingLog:
-		if limit > MaxLogLimit {
-			return fmt.Errorf("local: Config.Limit %d is above %d, the most SlidingLog keeps per key (8 bytes each)", limit, MaxLogLimit)
+		if limit > maxLogLimit {
+			return fmt.Errorf("local: Config.Limit %d is above %d, the most SlidingLog keeps per key (8 bytes each)", limit, maxLogLimit)
 		}
 	}
 	return nil

@@ -52,7 +52,7 @@ func TestNonPositiveCostAddsNothing(t *testing.T) {
 				r, err = l.AllowN("k", n)
 				require.NoError(t, err)
 				assert.True(t, r.Allowed(), "n <= 0 reports the state as admitted")
-				assert.Zero(t, r.Remaining)
+				assert.Zero(t, r.Remaining())
 				require.NoError(t, l.WaitN(context.Background(), "k", n))
 				if alg == local.TokenBucket {
 					res, err := l.ReserveNAt("k", c.Now(), n, local.Never)
@@ -115,7 +115,7 @@ func TestSetLimitAt(t *testing.T) {
 			require.NoError(t, l.SetLimitAt("spent", at, 5, 5))
 			r, err = l.AllowNAt("spent", at, 0)
 			require.NoError(t, err)
-			assert.Zero(t, r.Remaining, "6 spent against a limit of 5")
+			assert.Zero(t, r.Remaining(), "6 spent against a limit of 5")
 			r, err = l.AllowNAt("spent", at, 1)
 			require.NoError(t, err)
 			assert.False(t, r.Allowed())
@@ -150,11 +150,11 @@ func TestWindowsAfterManyWindows(t *testing.T) {
 					r, err := l.AllowN(key, 2)
 					require.NoError(t, err)
 					require.True(t, r.Allowed(), "%s: %+v", key, r)
-					assert.LessOrEqual(t, r.ResetAfter, 2*time.Millisecond, key)
+					assert.LessOrEqual(t, r.ResetAfter(), 2*time.Millisecond, key)
 					r, err = l.Allow(key)
 					require.NoError(t, err)
 					require.False(t, r.Allowed(), key)
-					assert.LessOrEqual(t, r.RetryAfter, 2*time.Millisecond, key)
+					assert.LessOrEqual(t, r.RetryAfter(), 2*time.Millisecond, key)
 				}
 				c.Advance(5 * time.Millisecond)
 				for _, key := range []string{"new", "old"} {

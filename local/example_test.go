@@ -21,10 +21,10 @@ func ExampleLimiter_Allow() {
 		panic(err) // only a key longer than Config.MaxKeyLen
 	}
 	if !r.Allowed() {
-		fmt.Printf("429: retry in %v\n", r.RetryAfter)
+		fmt.Printf("429: retry in %v\n", r.RetryAfter())
 		return
 	}
-	fmt.Printf("ok, %d of %d left\n", r.Remaining, r.Limit)
+	fmt.Printf("ok, %d of %d left\n", r.Remaining(), r.Limit())
 	// Output: ok, 119 of 120 left
 }
 
@@ -35,7 +35,7 @@ func ExampleLimiter_AllowNAt() {
 	t0 := time.Now()
 	for i := range 4 {
 		r, _ := limiter.AllowNAt("k", t0.Add(time.Duration(i)*time.Millisecond), 1)
-		fmt.Println(i, r.Allowed(), r.Remaining)
+		fmt.Println(i, r.Allowed(), r.Remaining())
 	}
 	// Output:
 	// 0 true 2
@@ -48,10 +48,10 @@ func ExampleLimiter_SetLimit() {
 	// A node's share of a fleet quota changes; what the key spent stays spent.
 	limiter, _ := local.New(local.Config{Limit: 10, Window: time.Second})
 	r, _ := limiter.AllowN("tenant", 4)
-	fmt.Println(r.Remaining)
+	fmt.Println(r.Remaining())
 	_ = limiter.SetLimit("tenant", 5, 5)
 	r, _ = limiter.AllowN("tenant", 0) // n == 0 only reports
-	fmt.Println(r.Remaining, r.Limit)
+	fmt.Println(r.Remaining(), r.Limit())
 	// Output:
 	// 6
 	// 1 5
@@ -86,21 +86,21 @@ func ExampleLimiter_SetLimitAt() {
 		panic(err)
 	}
 	r, _ := limiter.AllowNAt("tenant", now, 25)
-	fmt.Println(r.Allowed(), r.Remaining, r.Limit)
+	fmt.Println(r.Allowed(), r.Remaining(), r.Limit())
 	// Output: true 0 25
 }
 
 func ExampleErrTooManyKeys() {
 	// A Limiter never forgets a key that has spent something. When it
 	// holds MaxKeys such keys, a new key is refused with ErrTooManyKeys,
-	// and the Result refuses too, with the time until a held key has
+	// and the Decision refuses too, with the time until a held key has
 	// refilled and so makes room.
 	c := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	limiter, _ := local.New(local.Config{Limit: 5, Window: 24 * time.Hour, MaxKeys: 1, Clock: c})
 	_, _ = limiter.Allow("tenant-a")
 	r, err := limiter.Allow("tenant-b")
 	if err != nil || !r.Allowed() {
-		fmt.Println(errors.Is(err, local.ErrTooManyKeys), r.Allowed(), r.RetryAfter)
+		fmt.Println(errors.Is(err, local.ErrTooManyKeys), r.Allowed(), r.RetryAfter())
 	}
 	// Output: true false 4h48m0s
 }

@@ -96,11 +96,11 @@ func FuzzCosts(f *testing.F) {
 			case 0:
 				r, err := l.AllowN("k", n)
 				require.NoError(t, err)
-				require.GreaterOrEqual(t, r.Remaining, int64(0))
+				require.GreaterOrEqual(t, r.Remaining(), int64(0))
 				if !r.Allowed() {
-					require.Positive(t, r.RetryAfter)
+					require.Positive(t, r.RetryAfter())
 					if int64(n) > cfg.Burst {
-						require.Equal(t, local.Never, r.RetryAfter)
+						require.Equal(t, local.Never, r.RetryAfter())
 					}
 				} else if n > 0 {
 					require.LessOrEqual(t, int64(n), cfg.Burst)

@@ -19,7 +19,7 @@ var ErrKeyTooLong = errors.New("local: key longer than Config.MaxKeyLen")
 // Config.MaxKeys keys and none of them is idle. Forgetting a key that has
 // spent something would hand it a fresh bucket, so a full Limiter refuses
 // the new key instead; the request is neither admitted nor counted. Raise
-// MaxKeys, Delete keys, or retry after the Result's RetryAfter, when the
+// MaxKeys, Delete keys, or retry after the Decision's RetryAfter, when the
 // first held key will be idle.
 var ErrTooManyKeys = errors.New("local: Config.MaxKeys keys are held and none is idle; raise MaxKeys or Delete keys")
 
@@ -66,13 +66,13 @@ func (l *Limiter) Config() Config { return l.cfg }
 
 // Allow reports whether one request for key may happen now.
 // It is shorthand for AllowN(key, 1).
-func (l *Limiter) Allow(key string) (Result, error) {
+func (l *Limiter) Allow(key string) (Decision, error) {
 	return l.allowN(key, l.since(l.cfg.Clock.Nanotime()), 1)
 }
 
 // AllowN reports whether n requests for key may happen now, and if so
 // counts them. See AllowNAt.
-func (l *Limiter) AllowN(key string, n int) (Result, error) {
+func (l *Limiter) AllowN(key string, n int) (Decision, error) {
 	return l.allowN(key, l.since(l.cfg.Clock.Nanotime()), int64(n))
 }
 
@@ -93,14 +93,14 @@ func (l *Limiter) AllowN(key string, n int) (Result, error) {
 // which can only be stricter than at the later time. A new key, and one
 // created by SetLimit, is full at any time.
 //
-// An error comes with a refusing Result: ErrKeyTooLong, and
+// An error comes with a refusing Decision: ErrKeyTooLong, and
 // ErrTooManyKeys for a new key when MaxKeys keys are held and none is
 // idle, whose RetryAfter is when the first of them may be.
-func (l *Limiter) AllowNAt(key string, t time.Time, n int) (Result, error) {
+func (l *Limiter) AllowNAt(key string, t time.Time, n int) (Decision, error) {
 	return l.allowN(key, l.nanos(t), int64(n))
 }
 
-func (l *Limiter) allowN(key string, now, n int64) (Result, error) {
+func (l *Limiter) allowN(key string, now, n int64) (Decision, error) {
 	if len(key) > l.cfg.MaxKeyLen {
 		return l.refusal(Never), ErrKeyTooLong
 	}
@@ -123,7 +123,7 @@ func (l *Limiter) allowN(key string, now, n int64) (Result, error) {
 }
 
 // allowSlow decides for a new key or a retired bucket.
-func (l *Limiter) allowSlow(h uint64, key string, now, cost int64) (Result, error) {
+func (l *Limiter) allowSlow(h uint64, key string, now, cost int64) (Decision, error) {
 	e := l.keys.shardFor(h).tab.Load().lookup(h, key)
 	for {
 		created := false
@@ -154,15 +154,15 @@ func (l *Limiter) allowSlow(h uint64, key string, now, cost int64) (Result, erro
 	}
 }
 
-// refusal is the Result that comes with an error: nothing admitted, and
+// refusal is the Decision that comes with an error: nothing admitted, and
 // retry after the given time.
-func (l *Limiter) refusal(retry time.Duration) Result {
-	return Result{Limit: l.p.burst, RetryAfter: retry}
+func (l *Limiter) refusal(retry time.Duration) Decision {
+	return Decision{limit: l.p.burst, retryAfter: retry}
 }
 
 // tooMany is the refusal that comes with ErrTooManyKeys: retry when the
 // first key held may be idle, and so make room.
-func (l *Limiter) tooMany(now int64) Result {
+func (l *Limiter) tooMany(now int64) Decision {
 	next := l.keys.nextIdle()
 	if next == math.MaxInt64 {
 		return l.refusal(Never) // only keys with their own limits: Delete makes room

@@ -96,11 +96,11 @@ func runSteps(t *testing.T, l *local.Limiter, c *clock.Manual, steps []step) {
 		r, err := l.AllowN("k", s.n)
 		require.NoError(t, err)
 		require.Equal(t, s.allowed, r.Allowed(), "step %d: %+v", i, r)
-		assert.Equal(t, s.remaining, r.Remaining, "step %d remaining", i)
+		assert.Equal(t, s.remaining, r.Remaining(), "step %d remaining", i)
 		if !s.allowed {
-			assert.Equal(t, s.retry, r.RetryAfter, "step %d retry", i)
+			assert.Equal(t, s.retry, r.RetryAfter(), "step %d retry", i)
 		} else {
-			assert.Zero(t, r.RetryAfter, "step %d", i)
+			assert.Zero(t, r.RetryAfter(), "step %d", i)
 		}
 	}
 }
@@ -213,8 +213,8 @@ func TestKeyTooLong(t *testing.T) {
 	l, _ := newManual(t, local.Config{Limit: 1, Window: time.Second, MaxKeyLen: 8})
 	res, err := l.Allow("123456789")
 	require.ErrorIs(t, err, local.ErrKeyTooLong)
-	assert.False(t, res.Allowed(), "a Result that comes with an error refuses")
-	assert.Equal(t, local.Never, res.RetryAfter)
+	assert.False(t, res.Allowed(), "a Decision that comes with an error refuses")
+	assert.Equal(t, local.Never, res.RetryAfter())
 	assert.Zero(t, l.Len(), "a refused key must not be stored")
 	require.ErrorIs(t, l.SetLimit("123456789", 5, 5), local.ErrKeyTooLong)
 	r, err := l.Allow("12345678")
@@ -256,7 +256,7 @@ func TestClockBackwards(t *testing.T) {
 				r, err := l.Allow("k")
 				require.NoError(t, err)
 				assert.False(t, r.Allowed(), "after moving back %v", back)
-				assert.Positive(t, r.RetryAfter)
+				assert.Positive(t, r.RetryAfter())
 			}
 		})
 	}
@@ -275,16 +275,16 @@ func TestSetLimitKeepsState(t *testing.T) {
 		assert.True(t, r.Allowed(), "n == 0 only reports, even when overdrawn")
 		r, _ = l.Allow("k")
 		require.False(t, r.Allowed())
-		assert.Equal(t, int64(5), r.Limit)
+		assert.Equal(t, int64(5), r.Limit())
 		// At 5/s, one token is back after 200ms beyond the 1 overdrawn.
-		assert.Equal(t, 400*time.Millisecond, r.RetryAfter)
+		assert.Equal(t, 400*time.Millisecond, r.RetryAfter())
 		c.Advance(400 * time.Millisecond)
 		r, _ = l.Allow("k")
 		assert.True(t, r.Allowed())
 		// Grow it back: what is spent stays spent.
 		require.NoError(t, l.SetLimit("k", 100, 100))
 		r, _ = l.AllowN("k", 0)
-		assert.Equal(t, int64(95), r.Remaining)
+		assert.Equal(t, int64(95), r.Remaining())
 	})
 	for _, alg := range []local.Algorithm{local.SlidingWindow, local.FixedWindow, local.SlidingLog} {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -295,13 +295,13 @@ func TestSetLimitKeepsState(t *testing.T) {
 			require.NoError(t, l.SetLimit("k", 5, 0))
 			r, _ = l.AllowN("k", 0)
 			assert.True(t, r.Allowed(), "n == 0 only reports, even when over the limit")
-			assert.Zero(t, r.Remaining)
+			assert.Zero(t, r.Remaining())
 			r, _ = l.Allow("k")
 			assert.False(t, r.Allowed(), "6 counted against a limit of 5")
 			require.NoError(t, l.SetLimit("k", 8, 0))
 			r, _ = l.AllowN("k", 2)
 			assert.True(t, r.Allowed())
-			assert.Equal(t, int64(0), r.Remaining)
+			assert.Equal(t, int64(0), r.Remaining())
 		})
 	}
 	t.Run("new key and bad limits", func(t *testing.T) {
@@ -309,7 +309,7 @@ func TestSetLimitKeepsState(t *testing.T) {
 		l, _ := newManual(t, local.Config{Limit: 10, Window: time.Second})
 		require.NoError(t, l.SetLimit("fresh", 2, 0))
 		r, _ := l.AllowN("fresh", 3)
-		assert.Equal(t, local.Never, r.RetryAfter)
+		assert.Equal(t, local.Never, r.RetryAfter())
 		err := l.SetLimit("fresh", 0, 0)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "Config.Limit")
@@ -333,7 +333,7 @@ func TestSweep(t *testing.T) {
 			assert.Equal(t, 100, l.Sweep())
 			assert.Equal(t, 1, l.Len())
 			r, _ := l.AllowN("busy", 0)
-			assert.Equal(t, int64(9), r.Remaining, "the busy key kept its state")
+			assert.Equal(t, int64(9), r.Remaining(), "the busy key kept its state")
 		})
 	}
 }
@@ -355,7 +355,7 @@ func TestMaxKeys(t *testing.T) {
 		if err != nil {
 			require.ErrorIs(t, err, local.ErrTooManyKeys)
 			require.False(t, r.Allowed())
-			require.Positive(t, r.RetryAfter)
+			require.Positive(t, r.RetryAfter())
 			refused++
 			continue
 		}

@@ -60,7 +60,7 @@ func spendAll(t *testing.T, l *local.Limiter, prefix string, n int) {
 }
 
 // TestMaxKeysAllSpentRefusesNewKeys: when every key held has spent
-// something, a new key gets ErrTooManyKeys with a refusing Result that says
+// something, a new key gets ErrTooManyKeys with a refusing Decision that says
 // when the first held key will be idle, and the held keys keep their state.
 func TestMaxKeysAllSpentRefusesNewKeys(t *testing.T) {
 	t.Parallel()
@@ -84,7 +84,7 @@ func TestMaxKeysAllSpentRefusesNewKeys(t *testing.T) {
 			r, err := l.Allow("newcomer")
 			require.ErrorIs(t, err, local.ErrTooManyKeys)
 			assert.False(t, r.Allowed())
-			assert.Equal(t, tt.retry, r.RetryAfter)
+			assert.Equal(t, tt.retry, r.RetryAfter())
 			require.ErrorIs(t, l.SetLimit("newcomer", 9, 9), local.ErrTooManyKeys)
 			if tt.alg == local.TokenBucket {
 				_, err = l.Reserve("newcomer")
@@ -96,7 +96,7 @@ func TestMaxKeysAllSpentRefusesNewKeys(t *testing.T) {
 				key := fmt.Sprint("held-", i)
 				r, err := l.AllowN(key, 0)
 				require.NoError(t, err)
-				require.Equal(t, int64(3), r.Remaining, "%s kept what it spent", key)
+				require.Equal(t, int64(3), r.Remaining(), "%s kept what it spent", key)
 				r, err = l.AllowN(key, 4)
 				require.NoError(t, err)
 				require.False(t, r.Allowed(), key)

@@ -151,7 +151,7 @@ func play(t testing.TB, cfg local.Config, ops []op, exact bool) []admission {
 			require.Equal(t, want, r.Allowed(), "op %d (%+v) at %v: limiter and model disagree", i, o, time.Duration(now))
 		}
 		if r.Allowed() {
-			require.Zero(t, r.RetryAfter)
+			require.Zero(t, r.RetryAfter())
 			if o.n > 0 {
 				// A step back counts as no time passing: the admission
 				// happened, as far as any bound is concerned, at the
@@ -159,9 +159,9 @@ func play(t testing.TB, cfg local.Config, ops []op, exact bool) []admission {
 				got = append(got, admission{latest, o.n})
 			}
 		} else {
-			require.Positive(t, r.RetryAfter, "op %d: a refusal must say when to retry", i)
+			require.Positive(t, r.RetryAfter(), "op %d: a refusal must say when to retry", i)
 		}
-		require.GreaterOrEqual(t, r.Remaining, int64(0))
+		require.GreaterOrEqual(t, r.Remaining(), int64(0))
 	}
 	return got
 }

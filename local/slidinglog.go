@@ -46,10 +46,10 @@ func (l *slidingLog) push(t int64, count, limit int64) {
 	}
 }
 
-func (l *slidingLog) take(p *params, now, n int64) (Result, bool) {
+func (l *slidingLog) take(p *params, now, n int64) (Decision, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := Result{Limit: p.limit}
+	r := Decision{limit: p.limit}
 	if l.retired {
 		return r, false
 	}
@@ -62,22 +62,22 @@ func (l *slidingLog) take(p *params, now, n int64) (Result, bool) {
 	}
 	live := int64(l.n)
 	if n > p.limit || (n > 0 && live+n > p.limit) {
-		r.Remaining = max(0, p.limit-live)
+		r.remaining = max(0, p.limit-live)
 		if l.n > 0 {
-			r.ResetAfter = time.Duration(l.at(l.n-1) + p.window - now)
+			r.resetAfter = time.Duration(l.at(l.n-1) + p.window - now)
 		}
 		if n > p.limit {
-			r.RetryAfter = Never
+			r.retryAfter = Never
 		} else {
 			// The (live+n-limit)th oldest entry must leave the window.
-			r.RetryAfter = time.Duration(l.at(int(live+n-p.limit-1)) + p.window - now)
+			r.retryAfter = time.Duration(l.at(int(live+n-p.limit-1)) + p.window - now)
 		}
 		return r, true
 	}
 	l.push(now, n, p.limit)
-	r.Remaining = max(0, p.limit-live-n)
+	r.remaining = max(0, p.limit-live-n)
 	if l.n > 0 {
-		r.ResetAfter = time.Duration(l.at(l.n-1) + p.window - now)
+		r.resetAfter = time.Duration(l.at(l.n-1) + p.window - now)
 	}
 	return r, true
 }

@@ -174,7 +174,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		if err != nil || r.Allowed() {
 			return err
 		}
-		if err := l.sleep(ctx, now, key, n, r.RetryAfter); err != nil {
+		if err := l.sleep(ctx, now, key, n, r.retryAfter); err != nil {
 			return err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/metrics"
 )
 
@@ -102,11 +103,11 @@ func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // some other node: a decision on the key itself is told to use them.
 type splitStore struct{ generous }
 
-func (splitStore) Allow(_ context.Context, key string, _ fleet.Limit, _ int64) (fleet.Decision, error) {
+func (splitStore) Allow(_ context.Context, key string, _ fleet.Limit, _ int64) (store.Decision, error) {
 	if !strings.Contains(key, "#") {
-		return fleet.Decision{Shards: 4, ShardedFor: time.Minute}, nil
+		return store.Decision{Shards: 4, ShardedFor: time.Minute}, nil
 	}
-	return fleet.Decision{Allowed: true, Remaining: 10}, nil
+	return store.Decision{Allowed: true, Remaining: 10}, nil
 }
 
 func (splitStore) MarkShards(context.Context, string, int, time.Duration) (int, error) {

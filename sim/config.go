@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
-	"github.com/hybridlimit/hybridlimit/gossip"
+	"github.com/hybridlimit/hybridlimit/internal/gossipsim"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -67,11 +67,11 @@ type Config struct {
 	GossipLoss float64
 
 	// GossipFanout is how many peers a node sends to per round. Default
-	// gossip.DefaultGossipNodes.
+	// gossipsim.GossipNodes.
 	GossipFanout int
 
 	// GossipInterval is how often a node gossips. Default
-	// gossip.DefaultGossipInterval.
+	// gossipsim.GossipInterval.
 	GossipInterval time.Duration
 
 	// Seed seeds the arrivals and the sync jitter. Default 1. The same
@@ -81,16 +81,27 @@ type Config struct {
 
 // Defaults for Config's zero fields.
 const (
-	DefaultNodes    = 4
-	DefaultRate     = 1000
-	DefaultWindow   = time.Second
-	DefaultInterval = 100 * time.Millisecond
-	DefaultRTT      = time.Millisecond
-	DefaultDuration = time.Minute
+	defaultNodes    = 4
+	defaultRate     = 1000
+	defaultWindow   = time.Second
+	defaultInterval = 100 * time.Millisecond
+	defaultRTT      = time.Millisecond
+	defaultDuration = time.Minute
 
-	DefaultGossipFanout   = gossip.DefaultGossipNodes
-	DefaultGossipInterval = gossip.DefaultGossipInterval
+	defaultGossipFanout   = gossipsim.GossipNodes
+	defaultGossipInterval = gossipsim.GossipInterval
 )
+
+// DefaultConfig returns the Config that Run makes of a zero one, apart from
+// the fields whose defaults depend on others (Limit, GossipDelay), left
+// zero: a base for flags or a sweep.
+func DefaultConfig() Config {
+	return Config{
+		Scenario: "steady", Backend: "redis", Nodes: defaultNodes, Rate: defaultRate,
+		Window: defaultWindow, Interval: defaultInterval, RTT: defaultRTT, Duration: defaultDuration,
+		GossipFanout: defaultGossipFanout, GossipInterval: defaultGossipInterval, Seed: 1,
+	}
+}
 
 // Backends are the fleets Run simulates.
 var Backends = []string{"redis", "gossip"}
@@ -124,11 +135,11 @@ func (c Config) withDefaults() (Config, error) {
 		v        *time.Duration
 		def, min time.Duration
 	}{
-		{"Window", &c.Window, DefaultWindow, time.Millisecond},
-		{"Interval", &c.Interval, DefaultInterval, time.Millisecond},
-		{"RTT", &c.RTT, DefaultRTT, 0},
-		{"Duration", &c.Duration, DefaultDuration, time.Millisecond},
-		{"GossipInterval", &c.GossipInterval, DefaultGossipInterval, time.Millisecond},
+		{"Window", &c.Window, defaultWindow, time.Millisecond},
+		{"Interval", &c.Interval, defaultInterval, time.Millisecond},
+		{"RTT", &c.RTT, defaultRTT, 0},
+		{"Duration", &c.Duration, defaultDuration, time.Millisecond},
+		{"GossipInterval", &c.GossipInterval, defaultGossipInterval, time.Millisecond},
 	}
 	for _, f := range fields {
 		switch {
@@ -140,13 +151,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.Nodes == 0:
-		c.Nodes = DefaultNodes
+		c.Nodes = defaultNodes
 	case c.Nodes < 1 || c.Nodes > 1024:
 		return c, fmt.Errorf("sim: Config.Nodes is %d; it must be between 1 and 1024", c.Nodes)
 	}
 	switch {
 	case c.Rate == 0:
-		c.Rate = DefaultRate
+		c.Rate = defaultRate
 	case !(c.Rate > 0 && c.Rate <= 1e6):
 		return c, fmt.Errorf("sim: Config.Rate is %v; it must be in (0, 1e6] requests per second", c.Rate)
 	}
@@ -179,7 +190,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.GossipFanout == 0:
-		c.GossipFanout = DefaultGossipFanout
+		c.GossipFanout = defaultGossipFanout
 	case c.GossipFanout < 0:
 		return c, fmt.Errorf("sim: Config.GossipFanout is %d; it must be positive", c.GossipFanout)
 	}

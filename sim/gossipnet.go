@@ -56,8 +56,8 @@ const (
 
 // Memberlist's timing as gossip.New sets it.
 const (
-	rejoinAfter       = int64(gossip.DefaultRejoinInterval)
-	probeEvery        = int64(gossip.DefaultProbeInterval)
+	rejoinAfter       = int64(gossipsim.RejoinInterval)
+	probeEvery        = int64(gossipsim.ProbeInterval)
 	tickEvery         = int64(time.Second / 4) // a Gossip's merge loop: refreshes, and garbage every 4th
 	pushPullEvery     = int64(30 * time.Second)
 	gossipToTheDead   = int64(30 * time.Second)
@@ -73,8 +73,8 @@ const (
 // (TestSplitDetectedOnDefaults).
 func detectAfter(n int) int64 {
 	scale := math.Max(1, math.Log10(float64(max(n, 1))))
-	suspicion := float64(gossip.DefaultSuspicionMaxTimeoutMult*gossip.DefaultSuspicionMult) * scale * float64(probeEvery)
-	return probeEvery + int64(gossip.DefaultProbeTimeout) + int64(suspicion)
+	suspicion := float64(gossipsim.SuspicionMaxTimeoutMult*gossipsim.SuspicionMult) * scale * float64(probeEvery)
+	return probeEvery + int64(gossipsim.ProbeTimeout) + int64(suspicion)
 }
 
 // pushPullAfter is memberlist's push/pull interval among n nodes.
@@ -384,7 +384,7 @@ func (e *engine) packet(n *node, j, avail, head, trailer int) bool {
 	g := n.g
 	var items []*queued
 	if avail > perMessage+userMsg {
-		items = g.q.take(perMessage+userMsg, avail, gossipsim.Transmissions(gossip.DefaultRetransmitMult, g.members()))
+		items = g.q.take(perMessage+userMsg, avail, gossipsim.Transmissions(gossipsim.RetransmitMult, g.members()))
 	}
 	if len(items) == 0 && head == 0 {
 		return false

@@ -100,7 +100,7 @@ func (m *metrics) init(keys int, c Config) {
 // record counts one request: whether the fleet and the ideal admitted
 // it, and what the ideal had left before deciding it (Remaining, plus the
 // request itself if admitted) out of its burst.
-func (m *metrics) record(k int, at int64, fleet bool, ideal local.Result) {
+func (m *metrics) record(k int, at int64, fleet bool, ideal local.Decision) {
 	w := at / m.window
 	m.offered++
 	if !fleet && underLimit(ideal) {
@@ -116,12 +116,12 @@ func (m *metrics) record(k int, at int64, fleet bool, ideal local.Result) {
 
 // underLimit reports whether r, the ideal's decision of a request of cost
 // 1, found at least half the ideal's burst (r.Limit) left before it.
-func underLimit(r local.Result) bool {
-	left := r.Remaining
+func underLimit(r local.Decision) bool {
+	left := r.Remaining()
 	if r.Allowed() {
 		left++
 	}
-	return 2*left >= r.Limit
+	return 2*left >= r.Limit()
 }
 
 // result sums the counts up.
@@ -195,9 +195,6 @@ func (m *metrics) converge(t int64, limit int64) time.Duration {
 
 // round keeps three decimals, so that JSON stays short and stable.
 func round(x float64) float64 { return math.Round(x*1000) / 1000 }
-
-// WriteJSON writes r as indented JSON.
-func (r *Result) WriteJSON(w io.Writer) error { return WriteJSON(w, r) }
 
 // WriteJSON writes v, a Result, a sweep's results or a Recommendation, as
 // indented JSON.

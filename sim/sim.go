@@ -169,7 +169,7 @@ func (e *engine) join(i int) error {
 	l, err := hybrid.New(hybrid.Config{
 		Node: nodeName(i), Policies: []hybrid.Policy{e.pol},
 		Syncer: fleet, Interval: e.cfg.Interval, Shares: e.cfg.Shares,
-		ManualSync: true, Clock: e.clk, MaxKeys: max(local.DefaultMaxKeys, 2*len(e.keys)),
+		ManualSync: true, Clock: e.clk, MaxKeys: max(1<<20, 2*len(e.keys)),
 	})
 	if err != nil {
 		return err

@@ -32,13 +32,13 @@ func deterministic(t *testing.T, cfg sim.Config) {
 	for _, out := range []*bytes.Buffer{&a, &b} {
 		r, err := sim.Run(cfg)
 		require.NoError(t, err)
-		require.NoError(t, r.WriteJSON(out))
+		require.NoError(t, sim.WriteJSON(out, r))
 	}
 	assert.Equal(t, a.String(), b.String(), "one seed, one output")
 	cfg.Seed = 8
 	r, err := sim.Run(cfg)
 	require.NoError(t, err)
-	require.NoError(t, r.WriteJSON(&c))
+	require.NoError(t, sim.WriteJSON(&c, r))
 	assert.NotEqual(t, a.String(), c.String(), "another seed, other arrivals")
 }
 
@@ -167,7 +167,7 @@ func TestUnderLimitIsARefusal(t *testing.T) {
 				assert.Less(t, r.UnderLimit, refused, "the ideal refuses too: not every refusal is under the limit")
 			}
 			var b bytes.Buffer
-			require.NoError(t, r.WriteJSON(&b))
+			require.NoError(t, sim.WriteJSON(&b, r))
 			assert.Contains(t, b.String(), `"under_limit_refusal_pct"`)
 			b.Reset()
 			require.NoError(t, r.WriteTable(&b))

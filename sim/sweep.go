@@ -11,8 +11,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
-// DefaultIntervals are the sync intervals Sweep and Tune try by default.
-var DefaultIntervals = []time.Duration{
+// defaultIntervals are the sync intervals Sweep and Tune try by default.
+var defaultIntervals = []time.Duration{
 	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
 	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
 }
@@ -21,7 +21,7 @@ var DefaultIntervals = []time.Duration{
 // count and share strategy, with Base's other settings.
 type SweepConfig struct {
 	Base      Config
-	Intervals []time.Duration // default DefaultIntervals
+	Intervals []time.Duration // default 10ms, 25ms, 50ms, 100ms, 250ms, 500ms, 1s, 2s
 	Nodes     []int           // default Base.Nodes
 	Shares    []fleet.Shares  // default Base.Shares
 	Backends  []string        // default Base.Backend
@@ -30,7 +30,7 @@ type SweepConfig struct {
 // Sweep runs the grid, in order: backends, shares, nodes, intervals.
 func Sweep(c SweepConfig) ([]*Result, error) {
 	if len(c.Intervals) == 0 {
-		c.Intervals = DefaultIntervals
+		c.Intervals = defaultIntervals
 	}
 	if len(c.Nodes) == 0 {
 		c.Nodes = []int{c.Base.Nodes}
@@ -84,11 +84,11 @@ type Recommendation struct {
 // the worst window's overshoot at most maxOvershoot percent of the limit,
 // and false rejection at most maxFalseRejection percent of the ideal's
 // admissions. Longer intervals mean fewer store operations; it tries
-// every interval in intervals (default DefaultIntervals). It fails, with
+// every interval in intervals (default SweepConfig's). It fails, with
 // every figure, when none meets them.
 func Tune(load Config, maxOvershoot, maxFalseRejection float64, intervals []time.Duration) (*Recommendation, error) {
 	if len(intervals) == 0 {
-		intervals = DefaultIntervals
+		intervals = defaultIntervals
 	}
 	intervals = slices.Clone(intervals)
 	slices.Sort(intervals)

@@ -42,15 +42,16 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 		over      = fs.Float64("overshoot", 5, "tune: the worst window's acceptable overshoot, in percent of the limit")
 		falseRej  = fs.Float64("false-rejection", 2, "tune: acceptable false rejection, in percent of what an ideal limiter admits")
 	)
-	fs.StringVar(&cfg.Scenario, "scenario", "steady", "the load: "+strings.Join(sim.Scenarios, ", "))
-	fs.DurationVar(&cfg.Interval, "sync", sim.DefaultInterval, "the sync interval")
-	fs.Float64Var(&cfg.Rate, "rate", sim.DefaultRate, "requests per second offered to each node")
+	def := sim.DefaultConfig()
+	fs.StringVar(&cfg.Scenario, "scenario", def.Scenario, "the load: "+strings.Join(sim.Scenarios, ", "))
+	fs.DurationVar(&cfg.Interval, "sync", def.Interval, "the sync interval")
+	fs.Float64Var(&cfg.Rate, "rate", def.Rate, "requests per second offered to each node")
 	fs.Int64Var(&cfg.Limit, "limit", 0, "the fleet-wide limit per -window, per key (default: half the offered load)")
-	fs.DurationVar(&cfg.Window, "window", sim.DefaultWindow, "the limit's window")
-	fs.DurationVar(&cfg.RTT, "rtt", sim.DefaultRTT, "round trip to the store (gossip: twice a message's delay)")
+	fs.DurationVar(&cfg.Window, "window", def.Window, "the limit's window")
+	fs.DurationVar(&cfg.RTT, "rtt", def.RTT, "round trip to the store (gossip: twice a message's delay)")
 	fs.Float64Var(&cfg.GossipLoss, "loss", 0, "gossip: the chance a message is lost")
-	fs.IntVar(&cfg.GossipFanout, "fanout", sim.DefaultGossipFanout, "gossip: peers a node sends to per round")
-	fs.DurationVar(&cfg.Duration, "duration", sim.DefaultDuration, "simulated time")
+	fs.IntVar(&cfg.GossipFanout, "fanout", def.GossipFanout, "gossip: peers a node sends to per round")
+	fs.DurationVar(&cfg.Duration, "duration", def.Duration, "simulated time")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed for the arrivals and jitter")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), simUsage)
@@ -96,7 +97,7 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		if *jsonOut {
-			err = r.WriteJSON(stdout)
+			err = sim.WriteJSON(stdout, r)
 		} else {
 			err = r.WriteTable(stdout)
 		}

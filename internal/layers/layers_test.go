@@ -42,14 +42,14 @@ func TestGossipOnlyLinksNoRedis(t *testing.T) {
 // internal/testkit.
 func TestArrowsPointDown(t *testing.T) {
 	t.Parallel()
-	helpers := []string{"internal/cfgerr", "internal/clock", "internal/manual", "internal/proc", "internal/redisslot", "internal/sketch"}
+	helpers := []string{"internal/cfgerr", "internal/clock", "internal/decision", "internal/manual", "internal/proc", "internal/redisslot", "internal/sketch"}
 	allowed := map[string][]string{
-		"local":     {"internal/clock", "internal/cfgerr", "internal/sketch"},
+		"local":     {"internal/clock", "internal/cfgerr", "internal/decision", "internal/sketch"},
 		"partition": {"internal/cfgerr"},
 		"fleet":     {"local", "partition", "internal/redisslot"},
 		"global":    {"fleet", "local", "partition", "internal/store", "internal/cfgerr", "internal/redisslot"},
-		"gossip":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/gossipsim"},
-		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch", "internal/store", "internal/manual"},
+		"gossip":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/gossipsim", "internal/store"},
+		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch", "internal/store", "internal/manual", "internal/decision"},
 		"httplimit": {"hybrid", "fleet", "local", "partition", "internal/cfgerr"},
 		"metrics":   {"hybrid", "fleet", "partition"},
 	}

@@ -17,7 +17,7 @@ import (
 // StrictDecider decides single requests in the fleet's store. Strict
 // policies need a hybrid.Config.Syncer that implements it.
 type StrictDecider interface {
-	Allow(ctx context.Context, key string, limit fleet.Limit, n int64) (fleet.Decision, error)
+	Allow(ctx context.Context, key string, limit fleet.Limit, n int64) (Decision, error)
 }
 
 // StrictCharger counts in the fleet's store requests a node admitted for
@@ -27,7 +27,7 @@ type StrictCharger interface {
 	// the store has left, but never beyond an empty bucket, in one round
 	// trip; a charge of 0 changes nothing. It returns one error per
 	// charge (that key's), or an error for the whole call.
-	Charge(ctx context.Context, charges []fleet.StrictCharge) ([]error, error)
+	Charge(ctx context.Context, charges []StrictCharge) ([]error, error)
 }
 
 // ShardDirectory records, for the whole fleet, which Strict keys are
@@ -45,7 +45,7 @@ type ShardDirectory interface {
 	ChargeAtLeast(ctx context.Context, key string, limit fleet.Limit, used int64) error
 	// AllowShard and ChargeShardAtLeast are Allow and ChargeAtLeast on
 	// one of key's shards (fleet.ShardsOf), a name no user key reaches.
-	AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (fleet.Decision, error)
+	AllowShard(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, n int64) (Decision, error)
 	ChargeShardAtLeast(ctx context.Context, key string, shard fleet.Shard, limit fleet.Limit, used int64) error
 }
 
@@ -75,6 +75,11 @@ type LeaseShardDirectory interface {
 	// forgotten first.
 	ChargeLeasesAtLeast(ctx context.Context, key string, shards []fleet.Shard, limit fleet.Limit, used int64, interval time.Duration) error
 }
+
+// KeyLenLimiter is a store that refuses keys longer than MaxKeyLen bytes,
+// as global.Redis does: a Limiter must not accept longer ones, or their
+// every call fails.
+type KeyLenLimiter interface{ MaxKeyLen() int }
 
 // Census counts a fleet's live nodes, for a node that learns the fleet's
 // size from no lease.

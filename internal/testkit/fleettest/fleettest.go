@@ -255,11 +255,11 @@ func (r *Run) UnderLimit(t *testing.T, p hybrid.Policy) float64 {
 	for _, a := range arrivals {
 		res, err := l.AllowNAt("k", r.Start.Add(time.Duration(a.At)), 1)
 		require.NoError(t, err)
-		left := res.Remaining // what it had before: what is left, plus the request if admitted
+		left := res.Remaining() // what it had before: what is left, plus the request if admitted
 		if res.Allowed() {
 			left++
 		}
-		if !a.Admitted && 2*left >= res.Limit {
+		if !a.Admitted && 2*left >= res.Limit() {
 			under++
 		}
 	}
@@ -335,7 +335,7 @@ func (r *Run) AdmittedBetween(from, to time.Duration, nodes ...int) int {
 // with every package's tests under the race detector, counts as
 // Healthy. Tests that check a node was not cut off compare Link with
 // partition.Healthy.
-func Link(h hybrid.Health) partition.Level {
+func Link(h partition.Health) partition.Level {
 	if h.Level == partition.Degraded && h.Late > 0 && h.Factor == 1 {
 		return partition.Healthy
 	}
