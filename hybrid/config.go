@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/breaker"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/partition"
@@ -325,15 +326,15 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("hybrid: Config.HotKeyShards is %d; it must be between 1 and %d (or 0 for the default %d)", c.HotKeyShards, fleet.MaxShards, defaultHotKeyShards)
 	}
 	if c.Breaker.Failures == 0 {
-		c.Breaker.Failures = partition.DefaultFailures
+		c.Breaker.Failures = breaker.DefaultFailures
 	}
 	if c.Breaker.Within == 0 {
-		c.Breaker.Within = max(partition.DefaultWithin, time.Duration(max(c.Breaker.Failures, 1))*c.Interval)
+		c.Breaker.Within = max(breaker.DefaultWithin, time.Duration(max(c.Breaker.Failures, 1))*c.Interval)
 	}
 	if c.Breaker.Cooldown == 0 {
 		c.Breaker.Cooldown = c.Interval
 	}
-	if _, err := partition.NewBreaker(c.Breaker); err != nil {
+	if _, err := breaker.New(c.Breaker); err != nil {
 		return c, fmt.Errorf("hybrid: Config.Breaker: %w", err)
 	}
 	if n := len(c.Ladder.Steps); n > fleet.MaxFallbackSteps {

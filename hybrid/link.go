@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/breaker"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -21,7 +22,7 @@ type link struct {
 	name   string // the Config field, for errors
 
 	mu     sync.Mutex // guards br: strict decisions report to it from any goroutine
-	br     *partition.Breaker
+	br     *breaker.Breaker
 	closed atomic.Bool  // br is closed: strict decisions and early syncs may call
 	clean  atomic.Bool  // br is closed with no failure counted: a success changes nothing
 	okAt   atomic.Int64 // when a call last had an answer (wall, Unix ns): see strictCut
@@ -73,7 +74,7 @@ func timedOut(err error) bool {
 }
 
 func newFleet(s fleet.Syncer, name string, cfg partition.BreakerConfig) *link {
-	br, _ := partition.NewBreaker(cfg) // validated by Config.withDefaults
+	br, _ := breaker.New(cfg) // validated by Config.withDefaults
 	f := &link{syncer: s, name: name, br: br}
 	f.closed.Store(true)
 	f.clean.Store(true)
@@ -109,7 +110,7 @@ func (f *link) result(now time.Time, err error) {
 	} else {
 		f.br.Failure(now)
 	}
-	closed := f.br.State(now) == partition.Closed
+	closed := f.br.State(now) == breaker.Closed
 	f.closed.Store(closed)
 	f.clean.Store(closed && ok)
 }

@@ -7,8 +7,9 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 )
 
-// ErrInvalidConfig is wrapped by every error NewBreaker and NewLadder
-// return for a config they refuse; the message names the field.
+// ErrInvalidConfig is wrapped by every error NewLadder returns for a
+// config it refuses, and by hybrid.New's for a BreakerConfig it refuses;
+// the message names the field.
 var ErrInvalidConfig = errors.New("partition: invalid config")
 
 // invalidf is a config error naming its field, wrapping ErrInvalidConfig.

@@ -49,15 +49,16 @@ func TestArrowsPointDown(t *testing.T) {
 		"fleet":     {"local", "partition", "internal/redisslot"},
 		"global":    {"fleet", "local", "partition", "internal/store", "internal/cfgerr", "internal/redisslot"},
 		"gossip":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/gossipsim", "internal/store"},
-		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch", "internal/store", "internal/manual", "internal/decision"},
+		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch", "internal/store", "internal/manual", "internal/decision", "internal/breaker"},
 		"httplimit": {"hybrid", "fleet", "local", "partition", "internal/cfgerr"},
 		"metrics":   {"hybrid", "fleet", "partition"},
 	}
 	for _, h := range helpers {
 		allowed[h] = nil // production helpers import nothing of the module
 	}
-	allowed["internal/store"] = []string{"fleet"}     // the store protocol, beside the contract
-	allowed["internal/gossipsim"] = []string{"fleet"} // the simulator's hooks on gossip's core
+	allowed["internal/store"] = []string{"fleet"}                          // the store protocol, beside the contract
+	allowed["internal/breaker"] = []string{"partition", "internal/cfgerr"} // the machine behind partition.BreakerConfig
+	allowed["internal/gossipsim"] = []string{"fleet"}                      // the simulator's hooks on gossip's core
 	for _, line := range goList(t, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...") {
 		f := strings.Fields(line)
 		pkg := strings.TrimPrefix(f[0], module)

@@ -1,4 +1,4 @@
-package partition_test
+package breaker_test
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/breaker"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -29,14 +30,14 @@ func TestBreakerOpensOnFailuresWithinWindow(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b, err := partition.NewBreaker(partition.BreakerConfig{})
+			b, err := breaker.New(partition.BreakerConfig{})
 			require.NoError(t, err)
 			for _, f := range tt.fails {
 				require.True(t, b.Allow(at(f)))
 				b.Failure(at(f))
 			}
 			last := at(tt.fails[len(tt.fails)-1])
-			assert.Equal(t, tt.open, b.State(last) == partition.Open)
+			assert.Equal(t, tt.open, b.State(last) == breaker.Open)
 			assert.Equal(t, !tt.open, b.Allow(last))
 		})
 	}
@@ -44,32 +45,32 @@ func TestBreakerOpensOnFailuresWithinWindow(t *testing.T) {
 
 func TestBreakerSuccessResetsTheRun(t *testing.T) {
 	t.Parallel()
-	b, err := partition.NewBreaker(partition.BreakerConfig{})
+	b, err := breaker.New(partition.BreakerConfig{})
 	require.NoError(t, err)
 	b.Failure(at(0))
 	b.Failure(at(10 * time.Millisecond))
 	b.Success()
 	b.Failure(at(30 * time.Millisecond))
-	assert.Equal(t, partition.Closed, b.State(at(30*time.Millisecond)))
+	assert.Equal(t, breaker.Closed, b.State(at(30*time.Millisecond)))
 }
 
 func TestBreakerHalfOpenNeedsSeveralSuccesses(t *testing.T) {
 	t.Parallel()
-	b, err := partition.NewBreaker(partition.BreakerConfig{Failures: 1, Cooldown: 10 * time.Second, Successes: 3})
+	b, err := breaker.New(partition.BreakerConfig{Failures: 1, Cooldown: 10 * time.Second, Successes: 3})
 	require.NoError(t, err)
 	b.Failure(at(0))
 	assert.False(t, b.Allow(at(9*time.Second)), "cooling down")
 	now := at(10 * time.Second)
-	assert.Equal(t, partition.HalfOpen, b.State(now))
+	assert.Equal(t, breaker.HalfOpen, b.State(now))
 	require.True(t, b.Allow(now), "the probe")
 	assert.False(t, b.Allow(now), "one probe at a time")
 	b.Success()
 	require.True(t, b.Allow(now))
 	b.Success()
-	assert.Equal(t, partition.HalfOpen, b.State(now), "two lucky calls are not enough")
+	assert.Equal(t, breaker.HalfOpen, b.State(now), "two lucky calls are not enough")
 	require.True(t, b.Allow(now))
 	b.Failure(now)
-	assert.Equal(t, partition.Open, b.State(now), "a failed probe opens it again")
+	assert.Equal(t, breaker.Open, b.State(now), "a failed probe opens it again")
 	assert.False(t, b.Allow(at(19*time.Second)), "for a whole cool-down")
 
 	now = at(20 * time.Second)
@@ -77,7 +78,7 @@ func TestBreakerHalfOpenNeedsSeveralSuccesses(t *testing.T) {
 		require.True(t, b.Allow(now))
 		b.Success()
 	}
-	assert.Equal(t, partition.Closed, b.State(now))
+	assert.Equal(t, breaker.Closed, b.State(now))
 	assert.True(t, b.Allow(now))
 }
 
@@ -89,7 +90,7 @@ func TestNewBreakerRejects(t *testing.T) {
 		"Cooldown":  {Cooldown: -1},
 		"Successes": {Successes: -1},
 	} {
-		_, err := partition.NewBreaker(cfg)
+		_, err := breaker.New(cfg)
 		require.ErrorIs(t, err, partition.ErrInvalidConfig)
 		assert.Contains(t, err.Error(), "BreakerConfig."+field)
 	}
