@@ -38,26 +38,7 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 	}
 	batch, cut := l.splitCut(now, batch, how)
 	if len(batch) > s.chunk {
-		// The keys that most need a sync first: those that refused or
-		// ran dry since their last sync, then those offered traffic,
-		// then the rest; each group the longest unsynced first. A
-		// tenant in use beside 12,000 one-off keys is synced every
-		// round (it was refused 78 times in 178 when the round went by
-		// age alone), the one-off keys in turn until they hand back.
-		byAge := func(a, b *keyState) int { return cmp.Compare(a.lastSync, b.lastSync) }
-		from := 0
-		for _, urgent := range []func(*keyState) bool{(*keyState).starved, (*keyState).used} {
-			to := from
-			for i := from; i < len(batch); i++ {
-				if urgent(batch[i]) {
-					batch[to], batch[i] = batch[i], batch[to]
-					to++
-				}
-			}
-			slices.SortFunc(batch[from:to], byAge)
-			from = to
-		}
-		slices.SortFunc(batch[from:], byAge)
+		l.byNeed(batch)
 	}
 	end := now + int64(budget)
 	for i := 0; i < len(batch); {
@@ -81,6 +62,47 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 	}
 	l.noteDeferred(0, len(batch))
 	return l.syncCut(ctx, cut, how)
+}
+
+// keyNeed is a key of a long round, and how much it needs a sync.
+type keyNeed struct {
+	k       *keyState
+	group   int   // 0: refused since its last forecast; 1: offered traffic; 2: neither
+	offered int64 // requests offered since its last forecast, admitted or not
+}
+
+// byNeed orders a round too long for one call so that the keys that most
+// need a sync go first: those that refused a request since their last
+// forecast, then those offered traffic, each by how much traffic, then
+// the rest; the longest unsynced first among equals. A tenant in use
+// beside 12,000 one-off keys is synced every round: ordered by age alone
+// it was refused 78 times in 178, and with every key that had spent its
+// starter credit counted as needy (each one-off key had) it still waited
+// behind 10,000 of them and was refused up to 24 times in 147
+// (TestManyKeysAreNotAnOutage). The one-off keys go in turn until they
+// hand back. What each key offered is read once, so that the order holds
+// while requests go on.
+func (l *Limiter) byNeed(batch []*keyState) {
+	s := &l.syncs
+	s.need = s.need[:0]
+	for _, k := range batch {
+		refused := int64(k.refused.Load() - k.refusedSeen)
+		n := keyNeed{k: k, group: 2, offered: refused + k.spent() - k.spentSeen}
+		switch {
+		case refused > 0:
+			n.group = 0
+		case n.offered != 0:
+			n.group = 1
+		}
+		s.need = append(s.need, n)
+	}
+	slices.SortFunc(s.need, func(a, b keyNeed) int {
+		return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(b.offered, a.offered), cmp.Compare(a.k.lastSync, b.k.lastSync))
+	})
+	for i, n := range s.need {
+		batch[i] = n.k
+	}
+	clear(s.need) // hold no key past the round
 }
 
 // pace is when the loop's regular rounds start, and how late. Sync loop
@@ -282,16 +304,4 @@ func (l *Limiter) noteDeferred(deferred, keys int) {
 	case deferred == 0 && was > 0:
 		l.cfg.Logger.Info("hybridlimit: sync rounds carry every key again", slog.Int("keys", keys))
 	}
-}
-
-// starved reports whether k refused a request, or has nothing left to
-// spend, since its last forecast. Sync loop only.
-func (k *keyState) starved() bool {
-	return k.refused.Load() != k.refusedSeen || k.allowance() == 0
-}
-
-// used reports whether k was offered traffic since its last forecast.
-// Sync loop only.
-func (k *keyState) used() bool {
-	return k.spent() != k.spentSeen || k.refused.Load() != k.refusedSeen
 }

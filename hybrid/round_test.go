@@ -71,13 +71,14 @@ func TestManyKeysAreNotAnOutage(t *testing.T) {
 	t.Logf("%d one-off keys: worst health %v, now %v; tenant refused %d of %d; keys tracked %d after %v",
 		oneOff, worst, h.Level, refused, tenant, l.Len(), time.Since(start).Round(time.Millisecond))
 	assert.Equal(t, partition.Healthy, worst, "a round too long for every key is not an outage")
-	// Without -race: none refused. Under -race on 2 cores a round of
-	// 12,000 keys takes 200-400 ms, and the tenant was refused 0-18
-	// times in 147-276 while the one-off keys were first synced; on
-	// 2026-11-26, alone, 0-16 in 139-152 (16 in 141 once, 14 twice), so
-	// a tenth failed about one run in five. Before rounds were split
-	// the tenant was refused 78 times in 178: 15% still tells.
-	assert.LessOrEqual(t, refused, tenant*3/20, "the tenant, far under its limit, is admitted")
+	// Before rounds were split the tenant was refused 78 times in 178.
+	// With split rounds ordered by age, and every key that had spent
+	// its starter credit first, it waited behind up to 10,000 one-off
+	// keys that had: under -race on 2 cores 0-24 refused in 139-152
+	// (15% was the bound, and failed now and then). Ordered by need
+	// (byNeed), it is synced first every round: 0 refused in 16 runs
+	// alone and in 8 beside two packages' race tests (179-405 requests).
+	assert.LessOrEqual(t, refused, tenant/100, "the tenant, far under its limit, is admitted")
 	assert.Less(t, l.Len(), 100, "idle one-off keys are forgotten")
 }
 

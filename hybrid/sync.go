@@ -16,6 +16,7 @@ import (
 type syncState struct {
 	rng       *rand.Rand
 	batch     []*keyState
+	need      []keyNeed // a long round's keys, by need: see byNeed
 	marks     []mark
 	lastSweep int64
 	lastRoom  int64
