@@ -61,6 +61,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReplies -fuzztime 60s ./global/
 	$(GO) test -run '^$$' -fuzz FuzzShardNames -fuzztime 60s ./global/
 	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 60s ./httplimit/
+	$(GO) test -run '^$$' -fuzz FuzzUnmarshalText -fuzztime 60s ./internal/enumtext/
 
 demo:
 	$(GO) run ./cmd/demo

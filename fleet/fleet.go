@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/enumtext"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
@@ -159,6 +160,24 @@ func (s Shares) String() string {
 		return "equal"
 	}
 	return fmt.Sprintf("Shares(%d)", int(s))
+}
+
+var sharesNames = []enumtext.Name[Shares]{{Text: "demandweighted", Value: DemandWeighted}, {Text: "equal", Value: Equal}}
+
+// MarshalText returns the strategy's name, for config files; a value
+// that is not a Shares is an error.
+func (s Shares) MarshalText() ([]byte, error) {
+	return enumtext.Marshal("fleet: Shares", s.String(), s == DemandWeighted || s == Equal)
+}
+
+// UnmarshalText sets s from its name: "demandweighted" or "equal", in
+// any case, with or without '_' or '-'.
+func (s *Shares) UnmarshalText(text []byte) error {
+	v, err := enumtext.Parse("fleet: Shares", text, sharesNames)
+	if err == nil {
+		*s = v
+	}
+	return err
 }
 
 // Usage is what a node did with one key, or one of its shards, since its

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
+	"github.com/hybridlimit/hybridlimit/internal/enumtext"
 )
 
 // Headers is which rate-limit header fields responses carry.
@@ -41,6 +42,42 @@ const (
 	// NoHeaders sends neither; refusals still carry Retry-After.
 	NoHeaders
 )
+
+// String returns the set's name: "draft", "legacy", "both" or "none".
+func (h Headers) String() string {
+	switch h {
+	case DraftHeaders:
+		return "draft"
+	case LegacyHeaders:
+		return "legacy"
+	case BothHeaders:
+		return "both"
+	case NoHeaders:
+		return "none"
+	}
+	return fmt.Sprintf("Headers(%d)", int(h))
+}
+
+var headersNames = []enumtext.Name[Headers]{
+	{Text: "draft", Value: DraftHeaders}, {Text: "legacy", Value: LegacyHeaders},
+	{Text: "both", Value: BothHeaders}, {Text: "none", Value: NoHeaders},
+}
+
+// MarshalText returns the set's name, for config files; a value that is
+// not a Headers is an error.
+func (h Headers) MarshalText() ([]byte, error) {
+	return enumtext.Marshal("httplimit: Headers", h.String(), h >= DraftHeaders && h <= NoHeaders)
+}
+
+// UnmarshalText sets h from its name: "draft", "legacy", "both" or
+// "none", in any case.
+func (h *Headers) UnmarshalText(text []byte) error {
+	v, err := enumtext.Parse("httplimit: Headers", text, headersNames)
+	if err == nil {
+		*h = v
+	}
+	return err
+}
 
 // A Limit is one limit applied to requests.
 type Limit struct {

@@ -207,10 +207,19 @@ type Config struct {
 	// testing/synctest bubble the bubble's fake clock.
 	Clock clock.Clock
 
-	// Logger receives what an operator should know: a key the fleet
-	// cannot answer, and when it answers again. Default: nothing is
-	// logged.
+	// Logger receives what an operator should know, once each time it
+	// happens, never per request: a change of Health level, a key the
+	// fleet cannot answer and when it answers again, sync rounds that
+	// cannot carry every key. Default: nothing is logged.
 	Logger *slog.Logger
+
+	// OnHealthChange, if set, is called when Health's level changes, with
+	// the Health before and after: to page, to shed load, to mark the
+	// node unready. It is called on the sync loop's goroutine (with
+	// ManualSync, SyncOnce's), after a sync round, so the change is seen
+	// within about an Interval; it must return quickly, and may call the
+	// Limiter's methods. Calls never overlap.
+	OnHealthChange func(from, to partition.Health)
 }
 
 // withDefaults validates c and fills in its defaults.

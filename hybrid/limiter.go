@@ -90,6 +90,7 @@ type Limiter struct {
 	hot       *sketch.Detector // samples Strict requests to find hot keys; nil if none can be
 	ladder    *partition.Ladder
 	health    health
+	watch     healthWatch      // the level OnHealthChange last heard
 	degraded  atomic.Bool      // the last sync reached no fleet: decisions past the lease follow the FailMode
 	factor    atomic.Uint64    // the ladder's factor in force, as float64 bits
 	sched     schedule         // when the next regular round is due, and how late the loop runs (round.go)

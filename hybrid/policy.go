@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/enumtext"
 	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -41,6 +42,24 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
+var modeNames = []enumtext.Name[Mode]{{Text: "hybrid", Value: Hybrid}, {Text: "local", Value: Local}, {Text: "strict", Value: Strict}}
+
+// MarshalText returns the mode's name, for config files; a value that is
+// not a Mode is an error.
+func (m Mode) MarshalText() ([]byte, error) {
+	return enumtext.Marshal("hybrid: Mode", m.String(), m >= Hybrid && m <= Strict)
+}
+
+// UnmarshalText sets m from its name: "hybrid", "local" or "strict", in
+// any case.
+func (m *Mode) UnmarshalText(text []byte) error {
+	v, err := enumtext.Parse("hybrid: Mode", text, modeNames)
+	if err == nil {
+		*m = v
+	}
+	return err
+}
+
 // FailMode is what a policy does when the fleet cannot be reached and what
 // was leased from it is spent.
 type FailMode int
@@ -66,6 +85,29 @@ func (f FailMode) String() string {
 		return "failclosed"
 	}
 	return fmt.Sprintf("FailMode(%d)", int(f))
+}
+
+var failModeNames = []enumtext.Name[FailMode]{
+	{Text: "failstatic", Value: FailStatic}, {Text: "static", Value: FailStatic},
+	{Text: "failopen", Value: FailOpen}, {Text: "open", Value: FailOpen},
+	{Text: "failclosed", Value: FailClosed}, {Text: "closed", Value: FailClosed},
+}
+
+// MarshalText returns the fail mode's name, for config files; a value
+// that is not a FailMode is an error.
+func (f FailMode) MarshalText() ([]byte, error) {
+	return enumtext.Marshal("hybrid: FailMode", f.String(), f >= FailStatic && f <= FailClosed)
+}
+
+// UnmarshalText sets f from its name: "failstatic", "failopen" or
+// "failclosed" (or "static", "open", "closed"), in any case, with or
+// without '_' or '-'.
+func (f *FailMode) UnmarshalText(text []byte) error {
+	v, err := enumtext.Parse("hybrid: FailMode", text, failModeNames)
+	if err == nil {
+		*f = v
+	}
+	return err
 }
 
 // Policy is one fleet-wide limit and the keys it applies to.

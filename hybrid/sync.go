@@ -61,6 +61,12 @@ type mark struct {
 // fleet. A fleet whose circuit breaker is open is not called; SyncOnce
 // probes it once its cool-down has passed.
 func (l *Limiter) SyncOnce(ctx context.Context) error {
+	err := l.syncOnce(ctx)
+	l.watchHealth()
+	return err
+}
+
+func (l *Limiter) syncOnce(ctx context.Context) error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	now := l.now()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/enumtext"
 )
 
 // ErrInvalidConfig is wrapped by every error New returns for a Config it
@@ -54,6 +55,29 @@ func (a Algorithm) String() string {
 		return "slidinglog"
 	}
 	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+var algorithmNames = []enumtext.Name[Algorithm]{
+	{Text: "gcra", Value: TokenBucket}, {Text: "tokenbucket", Value: TokenBucket},
+	{Text: "slidingwindow", Value: SlidingWindow}, {Text: "fixedwindow", Value: FixedWindow},
+	{Text: "slidinglog", Value: SlidingLog},
+}
+
+// MarshalText returns the algorithm's name, for config files; a value
+// that is not an Algorithm is an error.
+func (a Algorithm) MarshalText() ([]byte, error) {
+	return enumtext.Marshal("local: Algorithm", a.String(), a >= TokenBucket && a <= SlidingLog)
+}
+
+// UnmarshalText sets a from its name: "gcra" (or "tokenbucket"),
+// "slidingwindow", "fixedwindow" or "slidinglog", in any case, with or
+// without '_' or '-'.
+func (a *Algorithm) UnmarshalText(text []byte) error {
+	v, err := enumtext.Parse("local: Algorithm", text, algorithmNames)
+	if err == nil {
+		*a = v
+	}
+	return err
 }
 
 // Defaults for the zero fields of a Config.

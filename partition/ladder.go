@@ -3,6 +3,8 @@ package partition
 import (
 	"fmt"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/enumtext"
 )
 
 // A Step is one rung of the ladder: until Until has passed since the
@@ -116,6 +118,24 @@ func (l Level) String() string {
 		return "emergency"
 	}
 	return fmt.Sprintf("Level(%d)", int(l))
+}
+
+var levelNames = []enumtext.Name[Level]{{Text: "healthy", Value: Healthy}, {Text: "degraded", Value: Degraded}, {Text: "emergency", Value: Emergency}}
+
+// MarshalText returns the level's name, for logs and JSON; a value that
+// is not a Level is an error.
+func (l Level) MarshalText() ([]byte, error) {
+	return enumtext.Marshal("partition: Level", l.String(), l >= Healthy && l <= Emergency)
+}
+
+// UnmarshalText sets l from its name: "healthy", "degraded" or
+// "emergency", in any case.
+func (l *Level) UnmarshalText(text []byte) error {
+	v, err := enumtext.Parse("partition: Level", text, levelNames)
+	if err == nil {
+		*l = v
+	}
+	return err
 }
 
 // Health is a node's link to its fleet at a moment.

@@ -4,6 +4,9 @@ import (
 	"log"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/partition"
@@ -44,4 +47,9 @@ func docsPartitions() hybrid.Config {
 	}
 }
 
-var _ = []any{docsGossip, docsPartitions}
+// docs/partitions.md, "Hearing of a change"
+func docsQuietRedis() {
+	redis.SetLogger(&logging.VoidLogger{}) // github.com/redis/go-redis/v9/logging
+}
+
+var _ = []any{docsGossip, docsPartitions, docsQuietRedis}
