@@ -21,6 +21,8 @@ const headroom = 1.5
 func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 	first := k.spentSeen == 0 && k.refusedSeen == 0
 	offered := float64(m.s0-k.spentSeen) + float64(m.refused-k.refusedSeen)
+	k.pol.counts.admitted.Add(m.s0 - k.spentSeen)
+	k.pol.counts.refused.Add(m.refused - k.refusedSeen)
 	k.spentSeen, k.refusedSeen = m.s0, m.refused
 	dt := now - k.forecastAt
 	// A new key synced at the instant it was made (on a virtual clock;

@@ -16,13 +16,16 @@ import (
 // lease nor the fleet can answer. now is always read by then.
 func (l *Limiter) failed(k *keyState, now, n int64) Decision {
 	if n > k.pol.capacity {
+		k.countFailed(n, false)
 		return makeDecision(k.pol.capacity, 0, local.Never, 0, true) // not even FailOpen admits it
 	}
 	switch k.pol.OnUnreachable {
 	case FailOpen:
 		k.spend(n)
+		k.countFailed(n, true)
 		return makeDecision(k.pol.capacity, k.pol.capacity, 0, 0, true)
 	case FailClosed:
+		k.countFailed(n, false)
 		return makeDecision(k.pol.capacity, 0, l.retryAfter(now), 0, true)
 	}
 	l.sizeFallback(k, now)
@@ -33,6 +36,7 @@ func (l *Limiter) failed(k *keyState, now, n int64) Decision {
 	if r.Allowed() && n > 0 {
 		k.spend(n)
 	}
+	k.countFailed(n, r.Allowed())
 	return degrade(r)
 }
 

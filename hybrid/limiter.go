@@ -53,6 +53,7 @@ type policy struct {
 	perSec   float64        // the fleet's quota per second
 	paced    bool           // Hybrid sliding window: leases may be paced (see slidinglease.go)
 	local    *local.Limiter // Local: the limiter; FailStatic: the fallback buckets
+	counts   policyCounts   // for Stats
 }
 
 // Limiter limits requests per key across a fleet of nodes. Each key is
@@ -91,6 +92,7 @@ type Limiter struct {
 	ladder    *partition.Ladder
 	health    health
 	watch     healthWatch      // the level OnHealthChange last heard
+	rounds    roundCounts      // for Stats
 	degraded  atomic.Bool      // the last sync reached no fleet: decisions past the lease follow the FailMode
 	factor    atomic.Uint64    // the ladder's factor in force, as float64 bits
 	sched     schedule         // when the next regular round is due, and how late the loop runs (round.go)

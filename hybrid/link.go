@@ -23,9 +23,11 @@ type link struct {
 
 	mu     sync.Mutex // guards br: strict decisions report to it from any goroutine
 	br     *breaker.Breaker
-	closed atomic.Bool  // br is closed: strict decisions and early syncs may call
-	clean  atomic.Bool  // br is closed with no failure counted: a success changes nothing
-	okAt   atomic.Int64 // when a call last had an answer (wall, Unix ns): see strictCut
+	closed atomic.Bool   // br is closed: strict decisions and early syncs may call
+	clean  atomic.Bool   // br is closed with no failure counted: a success changes nothing
+	okAt   atomic.Int64  // when a call last had an answer (wall, Unix ns): see strictCut
+	calls  atomic.Uint64 // calls that reported to result, for Stats
+	errors atomic.Uint64 // of them, those that did not reach the fleet
 
 	req      fleet.Request // the sync loop's scratch, under Limiter.syncMu
 	stretch  time.Duration // how long the next probe may take, if more than SyncTimeout; under Limiter.syncMu
@@ -97,6 +99,10 @@ func (f *link) allow(now time.Time, probe bool) bool {
 // fleet answered.
 func (f *link) result(now time.Time, err error) {
 	ok := err == nil || errors.Is(err, fleet.ErrInvalid) || errors.Is(err, fleet.ErrCorrupt)
+	f.calls.Add(1)
+	if !ok {
+		f.errors.Add(1)
+	}
 	if ok && f.okAt.Load() < now.UnixNano() {
 		f.okAt.Store(now.UnixNano())
 	}
@@ -113,6 +119,13 @@ func (f *link) result(now time.Time, err error) {
 	closed := f.br.State(now) == breaker.Closed
 	f.closed.Store(closed)
 	f.clean.Store(closed && ok)
+}
+
+// state is f's breaker's state at now, by name.
+func (f *link) state(now time.Time) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.br.State(now).String()
 }
 
 // errOpen is what a sync returns for a fleet it did not call.

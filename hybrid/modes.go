@@ -130,6 +130,11 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 	case err == nil:
 		k.resetFallback()
 		l.keyAnswered(k)
+		if n > 0 && g.Allowed {
+			k.pol.counts.admitted.Add(n)
+		} else if n > 0 {
+			k.pol.counts.refused.Add(uint64(n))
+		}
 		var retry time.Duration
 		switch {
 		case g.Allowed:

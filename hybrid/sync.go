@@ -66,16 +66,19 @@ func (l *Limiter) SyncOnce(ctx context.Context) error {
 	return err
 }
 
-func (l *Limiter) syncOnce(ctx context.Context) error {
+func (l *Limiter) syncOnce(ctx context.Context) (err error) {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	now := l.now()
+	keys := 0
+	defer func() { l.countRound(time.Duration(l.now()-now), keys, err) }()
 	l.lateRound(now)
 	l.sched.next.Store(now + int64(l.cfg.Interval))
 	l.shardHot(ctx, now)
 	batch := l.collect(now)
+	keys = len(batch)
 	l.tendLeaseShards(ctx, now, batch)
-	err := l.syncRound(ctx, now, batch, regular, l.cfg.Interval)
+	err = l.syncRound(ctx, now, batch, regular, l.cfg.Interval)
 	l.chargeStrict(ctx, l.now(), l.syncs.owed, l.syncs.probe, len(batch) > 0)
 	l.countFleet(ctx, l.now(), len(batch) > 0)
 	return err

@@ -1,6 +1,7 @@
-// Package metrics exports a hybrid.Limiter's state to Prometheus: how
-// many keys it tracks, its link to the fleet, and its hot keys with how
-// each is split.
+// Package metrics exports a hybrid.Limiter's state to Prometheus: the
+// requests it decided by policy and outcome, its sync rounds and links to
+// the fleet, how many keys it tracks, its health, and its hot keys with
+// how each is split.
 //
 // It is a package of its own so that the core packages do not depend on
 // the Prometheus client. Register one Collector per Limiter; to tell
@@ -11,6 +12,8 @@
 package metrics
 
 import (
+	"math"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
@@ -22,24 +25,56 @@ import (
 // Metrics:
 //
 //   - hybridlimit_keys: keys the Limiter tracks.
+//
 //   - hybridlimit_health: 0 while the last sync reached the fleet, 1
 //     degraded (cut off, or refusing because the sync loop runs late),
 //     2 emergency (partition.Level).
+//
 //   - hybridlimit_ladder_factor: the part of its share the node may
 //     spend, 1 while healthy.
+//
 //   - hybridlimit_failing_keys: keys the fleet, though reachable, answered
 //     with an error at their last sync or decision, or whose part of the
 //     fleet (a Redis Cluster master) is down; they follow their policy's
 //     FailMode (Health.FailingKeys, Health.KeyError).
+//
 //   - hybridlimit_sync_late_seconds: how late the sync loop runs
 //     (Health.Late): a loop starved of CPU starts its syncs late, and
 //     leases run dry sooner than they were sized for.
+//
 //   - hybridlimit_hot_key_stripes{key}: stripes a hot Hybrid key's lease
 //     is split over on this node.
+//
 //   - hybridlimit_hot_key_shards{key}: Redis keys a hot key is split
 //     into: a Strict key's decisions, or a Hybrid key's leases.
+//
 //   - hybridlimit_hot_key_rate{key}: requests per second this node saw
 //     offered for a hot key, estimated.
+//
+//   - hybridlimit_requests_total{policy,mode,outcome}: requests decided,
+//     outcome "admitted" or "refused"; a request of cost n counts n. A
+//     Hybrid policy's are counted at each sync that reaches the fleet
+//     (up to an Interval behind); Local policies' are not counted
+//     (hybrid.Stats).
+//
+//   - hybridlimit_requests_degraded_total{policy,mode}: of the admitted,
+//     those the policy's FailMode admitted without the fleet.
+//
+//   - hybridlimit_sync_rounds_total, hybridlimit_sync_round_errors_total:
+//     sync rounds, and those that reached no fleet.
+//
+//   - hybridlimit_sync_round_duration_seconds: how long rounds take
+//     (histogram).
+//
+//   - hybridlimit_sync_round_keys: Hybrid keys the last round had to sync.
+//
+//   - hybridlimit_fleet_calls_total{fleet}, hybridlimit_fleet_errors_total{fleet}:
+//     calls (syncs and Strict decisions) to Config.Syncer ("Syncer") and
+//     Config.Failover ("Failover"), and those that did not reach it.
+//
+//   - hybridlimit_breaker_state{fleet,state}: 1 for the state the
+//     fleet's circuit breaker is in ("closed", "open", "half-open"), 0
+//     for the others.
 //
 // Hot keys are few by construction (a key must reach Config.HotKeyRate
 // on this node, and the Strict sketch keeps 64), so the key label's
@@ -50,7 +85,14 @@ type Collector struct {
 	keys, health, factor, failing  *prometheus.Desc
 	late                           *prometheus.Desc
 	hotStripes, hotShards, hotRate *prometheus.Desc
+	requests, degraded             *prometheus.Desc
+	rounds, roundErrors, roundTime *prometheus.Desc
+	roundKeys                      *prometheus.Desc
+	calls, callErrors, breaker     *prometheus.Desc
 }
+
+// breakerStates are the states hybridlimit_breaker_state reports.
+var breakerStates = []string{"closed", "open", "half-open"}
 
 var _ prometheus.Collector = (*Collector)(nil)
 
@@ -67,12 +109,23 @@ func NewCollector(l *hybrid.Limiter) *Collector {
 		hotStripes: prometheus.NewDesc("hybridlimit_hot_key_stripes", "Stripes a hot Hybrid key's lease is split over on this node.", key, nil),
 		hotShards:  prometheus.NewDesc("hybridlimit_hot_key_shards", "Redis keys a hot key is split into: a Strict key's decisions, or a Hybrid key's leases.", key, nil),
 		hotRate:    prometheus.NewDesc("hybridlimit_hot_key_rate", "Requests per second offered to this node for a hot key, estimated.", key, nil),
+
+		requests:    prometheus.NewDesc("hybridlimit_requests_total", "Requests decided, by policy and outcome; a request of cost n counts n.", []string{"policy", "mode", "outcome"}, nil),
+		degraded:    prometheus.NewDesc("hybridlimit_requests_degraded_total", "Requests the policy's FailMode admitted without the fleet.", []string{"policy", "mode"}, nil),
+		rounds:      prometheus.NewDesc("hybridlimit_sync_rounds_total", "Sync rounds run.", nil, nil),
+		roundErrors: prometheus.NewDesc("hybridlimit_sync_round_errors_total", "Sync rounds that reached no fleet.", nil, nil),
+		roundTime:   prometheus.NewDesc("hybridlimit_sync_round_duration_seconds", "How long sync rounds take.", nil, nil),
+		roundKeys:   prometheus.NewDesc("hybridlimit_sync_round_keys", "Hybrid keys the last sync round had to sync.", nil, nil),
+		calls:       prometheus.NewDesc("hybridlimit_fleet_calls_total", "Calls to a fleet: syncs and Strict decisions.", []string{"fleet"}, nil),
+		callErrors:  prometheus.NewDesc("hybridlimit_fleet_errors_total", "Calls to a fleet that did not reach it.", []string{"fleet"}, nil),
+		breaker:     prometheus.NewDesc("hybridlimit_breaker_state", "1 for the state a fleet's circuit breaker is in, 0 for the others.", []string{"fleet", "state"}, nil),
 	}
 }
 
 // Describe sends the descriptors of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.keys, c.health, c.factor, c.failing, c.late, c.hotStripes, c.hotShards, c.hotRate} {
+	for _, d := range []*prometheus.Desc{c.keys, c.health, c.factor, c.failing, c.late, c.hotStripes, c.hotShards, c.hotRate,
+		c.requests, c.degraded, c.rounds, c.roundErrors, c.roundTime, c.roundKeys, c.calls, c.callErrors, c.breaker} {
 		ch <- d
 	}
 }
@@ -85,6 +138,32 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.factor, prometheus.GaugeValue, h.Factor)
 	ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, float64(h.FailingKeys))
 	ch <- prometheus.MustNewConstMetric(c.late, prometheus.GaugeValue, h.Late.Seconds())
+	st := c.l.Stats()
+	for _, p := range st.Policies {
+		if p.Mode == hybrid.Local {
+			continue // not counted: see hybrid.Stats
+		}
+		mode := p.Mode.String()
+		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(p.Admitted), p.Name, mode, "admitted")
+		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(p.Refused), p.Name, mode, "refused")
+		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.CounterValue, float64(p.Degraded), p.Name, mode)
+	}
+	ch <- prometheus.MustNewConstMetric(c.rounds, prometheus.CounterValue, float64(st.Rounds))
+	ch <- prometheus.MustNewConstMetric(c.roundErrors, prometheus.CounterValue, float64(st.RoundErrors))
+	delete(st.RoundBuckets, math.Inf(1)) // the count is +Inf's
+	ch <- prometheus.MustNewConstHistogram(c.roundTime, st.Rounds, st.RoundSeconds, st.RoundBuckets)
+	ch <- prometheus.MustNewConstMetric(c.roundKeys, prometheus.GaugeValue, float64(st.RoundKeys))
+	for _, f := range st.Fleets {
+		ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(f.Calls), f.Name)
+		ch <- prometheus.MustNewConstMetric(c.callErrors, prometheus.CounterValue, float64(f.Errors), f.Name)
+		for _, state := range breakerStates {
+			on := 0.0
+			if f.Breaker == state {
+				on = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, on, f.Name, state)
+		}
+	}
 	for _, k := range c.l.HotKeys() {
 		if k.Stripes > 0 {
 			ch <- prometheus.MustNewConstMetric(c.hotStripes, prometheus.GaugeValue, float64(k.Stripes), k.Key)

@@ -165,3 +165,51 @@ func TestCollectorFailingKeys(t *testing.T) {
 	require.NoError(t, l.SyncOnce(context.Background()))
 	require.Equal(t, 2.0, value(t, reg, "hybridlimit_failing_keys"))
 }
+
+// TestCollectorCounts checks the request, round and fleet metrics after
+// traffic and syncs, and lints every metric the Collector exports with
+// promlint (names, units, help, counter suffixes).
+func TestCollectorCounts(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Unix(1e9, 0))
+	l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: generous{}, Clock: clk, ManualSync: true,
+		Policies: []hybrid.Policy{
+			{Name: "api", Limit: 1_000_000, Window: time.Second},
+			{Name: "local", Prefix: "local:", Mode: hybrid.Local, Limit: 10, Window: time.Second},
+		}})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewCollector(l))
+	for range 3 {
+		for range 7 {
+			_, _ = l.Allow("tenant")
+			_, _ = l.Allow("local:x")
+		}
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(context.Background()))
+	}
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP hybridlimit_breaker_state 1 for the state a fleet's circuit breaker is in, 0 for the others.
+# TYPE hybridlimit_breaker_state gauge
+hybridlimit_breaker_state{fleet="Syncer",state="closed"} 1
+hybridlimit_breaker_state{fleet="Syncer",state="half-open"} 0
+hybridlimit_breaker_state{fleet="Syncer",state="open"} 0
+# HELP hybridlimit_requests_total Requests decided, by policy and outcome; a request of cost n counts n.
+# TYPE hybridlimit_requests_total counter
+hybridlimit_requests_total{mode="hybrid",outcome="admitted",policy="api"} 21
+hybridlimit_requests_total{mode="hybrid",outcome="refused",policy="api"} 0
+# HELP hybridlimit_sync_round_keys Hybrid keys the last sync round had to sync.
+# TYPE hybridlimit_sync_round_keys gauge
+hybridlimit_sync_round_keys 1
+# HELP hybridlimit_sync_rounds_total Sync rounds run.
+# TYPE hybridlimit_sync_rounds_total counter
+hybridlimit_sync_rounds_total 3
+`), "hybridlimit_breaker_state", "hybridlimit_requests_total", "hybridlimit_sync_round_keys", "hybridlimit_sync_rounds_total"))
+	n, err := testutil.GatherAndCount(reg, "hybridlimit_sync_round_duration_seconds")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	require.Empty(t, problems, "promlint")
+}

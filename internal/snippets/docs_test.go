@@ -4,11 +4,13 @@ import (
 	"log"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/metrics"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
@@ -52,4 +54,11 @@ func docsQuietRedis() {
 	redis.SetLogger(&logging.VoidLogger{}) // github.com/redis/go-redis/v9/logging
 }
 
-var _ = []any{docsGossip, docsPartitions, docsQuietRedis}
+// docs/observability.md
+func docsObservability(l *hybrid.Limiter) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewCollector(l)) // one per Limiter; label several with prometheus.WrapRegistererWith
+	return reg
+}
+
+var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability}

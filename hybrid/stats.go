@@ -1,0 +1,134 @@
+package hybrid
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Stats is what a Limiter has done since New, for metrics: requests by
+// policy and outcome, its links to the fleet, and its sync rounds. Counts
+// are of requests of cost 1; a request of cost n counts n.
+//
+// Counting costs the hot path nothing. A Hybrid key's admissions and
+// refusals are read from its own counters at each sync that reaches the
+// fleet, so they are up to an Interval behind, and further during an
+// outage; a Strict key's are counted with each decision. Local policies'
+// decisions are not counted: they are the local.Limiter's, and a shared
+// counter would cost each of them a contended write.
+type Stats struct {
+	// Policies has one entry per Config.Policies, in order.
+	Policies []PolicyStats
+	// Fleets has Config.Syncer's link, then Config.Failover's if set.
+	Fleets []FleetStats
+	// Rounds is how many sync rounds have run (SyncOnce calls, and the
+	// background loop's), and RoundErrors how many of them reached no
+	// fleet.
+	Rounds, RoundErrors uint64
+	// RoundSeconds is the time the rounds took, in all, and RoundBuckets
+	// how many took at most each bound, in seconds (cumulative, as a
+	// Prometheus histogram counts).
+	RoundSeconds float64
+	RoundBuckets map[float64]uint64
+	// RoundKeys is how many Hybrid keys the last round had to sync.
+	RoundKeys int
+}
+
+// PolicyStats counts one policy's requests.
+type PolicyStats struct {
+	Name string
+	Mode Mode
+	// Admitted and Refused count requests decided, Degraded those of the
+	// Admitted that the policy's FailMode admitted without the fleet.
+	Admitted, Refused, Degraded uint64
+}
+
+// FleetStats is a link to one fleet.
+type FleetStats struct {
+	// Name is the Config field: "Syncer" or "Failover".
+	Name string
+	// Breaker is its circuit breaker's state: "closed", "open" or
+	// "half-open".
+	Breaker string
+	// Calls counts the syncs and Strict decisions sent to it, Errors
+	// those that did not reach it.
+	Calls, Errors uint64
+}
+
+// policyCounts are a policy's counters.
+type policyCounts struct {
+	admitted          atomic.Int64 // a Cancel gives back: what is admitted may go down
+	refused, degraded atomic.Uint64
+}
+
+// roundBounds are the upper bounds of Stats.RoundBuckets, in seconds.
+var roundBounds = [...]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
+
+// roundCounts are the sync rounds' counters.
+type roundCounts struct {
+	n, errors atomic.Uint64
+	nanos     atomic.Int64
+	buckets   [len(roundBounds)]atomic.Uint64 // not cumulative
+	keys      atomic.Int64
+}
+
+// countRound records a round of keys that took d.
+func (l *Limiter) countRound(d time.Duration, keys int, err error) {
+	r := &l.rounds
+	r.n.Add(1)
+	if err != nil {
+		r.errors.Add(1)
+	}
+	r.nanos.Add(int64(d))
+	r.keys.Store(int64(keys))
+	for i, b := range roundBounds {
+		if d.Seconds() <= b {
+			r.buckets[i].Add(1)
+			break
+		}
+	}
+}
+
+// countFailed records a request of cost n that the policy's FailMode
+// decided. A Hybrid key's admissions are counted from its counters at
+// its next sync; a Strict key's are counted here.
+func (k *keyState) countFailed(n int64, admitted bool) {
+	if n <= 0 {
+		return
+	}
+	c := &k.pol.counts
+	if !admitted {
+		c.refused.Add(uint64(n))
+		return
+	}
+	c.degraded.Add(uint64(n))
+	if k.pol.Mode == Strict {
+		c.admitted.Add(n)
+	}
+}
+
+// Stats returns what the Limiter has done since New. It is safe to call
+// at any time, and costs the requests nothing.
+func (l *Limiter) Stats() Stats {
+	var s Stats
+	for _, p := range l.policies {
+		s.Policies = append(s.Policies, PolicyStats{Name: p.Name, Mode: p.Mode,
+			Admitted: uint64(max(0, p.counts.admitted.Load())), Refused: p.counts.refused.Load(), Degraded: p.counts.degraded.Load()})
+	}
+	for _, f := range l.fleets {
+		s.Fleets = append(s.Fleets, FleetStats{Name: f.name, Breaker: f.state(l.wall(l.now())),
+			Calls: f.calls.Load(), Errors: f.errors.Load()})
+	}
+	r := &l.rounds
+	s.Rounds, s.RoundErrors = r.n.Load(), r.errors.Load()
+	s.RoundSeconds = time.Duration(r.nanos.Load()).Seconds()
+	s.RoundKeys = int(r.keys.Load())
+	s.RoundBuckets = make(map[float64]uint64, len(roundBounds))
+	var sum uint64
+	for i, b := range roundBounds {
+		sum += r.buckets[i].Load()
+		s.RoundBuckets[b] = sum
+	}
+	s.RoundBuckets[math.Inf(1)] = s.Rounds
+	return s
+}
