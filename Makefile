@@ -6,7 +6,7 @@ GO                  ?= go
 STATICCHECK_VERSION := v0.8.2
 TEST_TIMEOUT        ?= 12m
 
-.PHONY: test fmt vet staticcheck redis-server bench fuzz demo
+.PHONY: test fmt vet staticcheck redis-server bench bench-peers fuzz demo
 
 # The tests that saturate the CPU on purpose run alone, after the others,
 # whose timing they would starve. The simulator's gossip reality tests
@@ -50,6 +50,11 @@ redis-server:
 # Benchmarks with the baselines they are judged against, run together.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# hybridlimit beside its peers, in the separate benchmarks module; writes
+# docs/benchmarks.md (about 6-8 minutes on 2 cores).
+bench-peers: redis-server
+	cd benchmarks && ./run.sh
 
 # A minute of fuzzing per target.
 fuzz:

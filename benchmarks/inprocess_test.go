@@ -69,9 +69,14 @@ func newXTimeRateMap(*testing.B) (decider, func()) {
 	}, func() {}
 }
 
-// newSethvargo is github.com/sethvargo/go-limiter's memorystore.
+// newSethvargo is github.com/sethvargo/go-limiter's memorystore, at
+// limitPerSecond as 1,000 times that per 1,000 s. Its bucket refills at
+// each tick of Interval by Interval/Tokens tokens per tick elapsed (its
+// fillRate, in nanoseconds per token), which is 1 at 10^9 per second: after
+// its first second it would admit one request a second. Its first interval
+// here outlasts any run, as its first second does not.
 func newSethvargo(b *testing.B) (decider, func()) {
-	s, err := memorystore.New(&memorystore.Config{Tokens: limitPerSecond, Interval: time.Second})
+	s, err := memorystore.New(&memorystore.Config{Tokens: 1000 * limitPerSecond, Interval: 1000 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
