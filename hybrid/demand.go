@@ -23,6 +23,7 @@ func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 	offered := float64(m.s0-k.spentSeen) + float64(m.refused-k.refusedSeen)
 	k.pol.counts.admitted.Add(m.s0 - k.spentSeen)
 	k.pol.counts.refused.Add(m.refused - k.refusedSeen)
+	l.noteRefused(k.key, m.refused-k.refusedSeen)
 	k.spentSeen, k.refusedSeen = m.s0, m.refused
 	dt := now - k.forecastAt
 	// A new key synced at the instant it was made (on a virtual clock;

@@ -93,6 +93,7 @@ type Limiter struct {
 	health    health
 	watch     healthWatch      // the level OnHealthChange last heard
 	rounds    roundCounts      // for Stats
+	refusals  refusals         // the keys refused most, for Stats
 	degraded  atomic.Bool      // the last sync reached no fleet: decisions past the lease follow the FailMode
 	factor    atomic.Uint64    // the ladder's factor in force, as float64 bits
 	sched     schedule         // when the next regular round is due, and how late the loop runs (round.go)

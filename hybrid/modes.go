@@ -134,6 +134,7 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 			k.pol.counts.admitted.Add(n)
 		} else if n > 0 {
 			k.pol.counts.refused.Add(uint64(n))
+			k.refused.Add(uint64(n)) // for the most-refused keys (noteRefused)
 		}
 		var retry time.Duration
 		switch {

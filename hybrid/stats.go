@@ -32,6 +32,12 @@ type Stats struct {
 	RoundBuckets map[float64]uint64
 	// RoundKeys is how many Hybrid keys the last round had to sync.
 	RoundKeys int
+	// TopRefused is the 10 keys refused most over the last one to two
+	// minutes, most first: Hybrid keys whose lease was spent and Strict
+	// keys the store refused (not those the FailMode refused in an
+	// outage), as of the last sync round. It is counted in bounded
+	// memory whatever the number of keys.
+	TopRefused []RefusedKey
 }
 
 // PolicyStats counts one policy's requests.
@@ -130,5 +136,6 @@ func (l *Limiter) Stats() Stats {
 		s.RoundBuckets[b] = sum
 	}
 	s.RoundBuckets[math.Inf(1)] = s.Rounds
+	s.TopRefused = l.topRefused()
 	return s
 }

@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -109,6 +110,10 @@ func TestStatsCountStrict(t *testing.T) {
 	assert.Equal(t, uint64(5), p.Admitted)
 	assert.Equal(t, uint64(3), p.Refused)
 	assert.Equal(t, uint64(8), l.Stats().Fleets[0].Calls)
+	require.Eventually(t, func() bool { // published by the next sync round
+		top := l.Stats().TopRefused
+		return len(top) == 1 && top[0].Key == "k" && top[0].Refused == 3
+	}, 2*time.Second, 10*time.Millisecond, "the store's refusals among the most refused")
 
 	srv.Stop()
 	for range 4 {
@@ -120,4 +125,54 @@ func TestStatsCountStrict(t *testing.T) {
 	assert.Equal(t, uint64(5), p.Admitted)
 	assert.Equal(t, uint64(7), p.Refused, "FailClosed refusals counted")
 	assert.Zero(t, p.Degraded)
+}
+
+// TestTopRefused checks that the keys refused most are found among many
+// keys refused a little, in bounded memory, counted as callers saw
+// them, and forgotten a window or two after their refusals stop.
+func TestTopRefused(t *testing.T) {
+	t.Parallel()
+	keys := []string{"abuser", "noisy"}
+	for i := range 500 {
+		keys = append(keys, fmt.Sprintf("user:%d", i))
+	}
+	s := newScripted(5, keys...) // the fleet grants each key 5 in all
+	l, clk := manual(t, hybrid.Config{Syncer: s})
+	ctx := context.Background()
+	refused := map[string]uint64{}
+	offer := func(key string, n int) {
+		for range n {
+			d, err := l.Allow(key)
+			require.NoError(t, err)
+			if !d.Allowed() {
+				refused[key]++
+			}
+		}
+	}
+	for range 10 {
+		offer("abuser", 50)
+		offer("noisy", 10)
+		for _, k := range keys[2:] {
+			offer(k, 1)
+		}
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(ctx))
+	}
+	top := l.Stats().TopRefused
+	require.NotEmpty(t, top)
+	require.LessOrEqual(t, len(top), 10)
+	assert.Equal(t, "abuser", top[0].Key)
+	assert.Equal(t, "noisy", top[1].Key)
+	for _, k := range top[:2] {
+		assert.LessOrEqual(t, k.Refused-k.Err, refused[k.Key], k.Key)
+		assert.GreaterOrEqual(t, k.Refused, refused[k.Key], k.Key)
+	}
+	t.Logf("refused: abuser %d, noisy %d; top %v", refused["abuser"], refused["noisy"], top[:3])
+	assert.Greater(t, refused["abuser"], uint64(400))
+
+	for range 25 { // 2.5 minutes without a refusal
+		clk.Advance(6 * time.Second)
+		require.NoError(t, l.SyncOnce(ctx))
+	}
+	assert.Empty(t, l.Stats().TopRefused, "forgotten two windows on")
 }

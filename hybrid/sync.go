@@ -79,6 +79,7 @@ func (l *Limiter) syncOnce(ctx context.Context) (err error) {
 	keys = len(batch)
 	l.tendLeaseShards(ctx, now, batch)
 	err = l.syncRound(ctx, now, batch, regular, l.cfg.Interval)
+	l.publishRefused(now)
 	l.chargeStrict(ctx, l.now(), l.syncs.owed, l.syncs.probe, len(batch) > 0)
 	l.countFleet(ctx, l.now(), len(batch) > 0)
 	return err
@@ -109,6 +110,10 @@ func (l *Limiter) collect(now int64) []*keyState {
 			return true
 		}
 		if k.pol.Mode == Strict {
+			if r := k.refused.Load(); r != k.refusedSeen {
+				l.noteRefused(k.key, r-k.refusedSeen) // the store's refusals (decideOther)
+				k.refusedSeen = r
+			}
 			k.roll(now, k.extra.Load())
 			if l.charger != nil && k.owes() {
 				s.owed = append(s.owed, k)

@@ -12,6 +12,8 @@
 package metrics
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,6 +78,16 @@ import (
 //     fleet's circuit breaker is in ("closed", "open", "half-open"), 0
 //     for the others.
 //
+//   - hybridlimit_top_refused_requests{key}: requests refused over the
+//     last one to two minutes, for the 10 keys refused most
+//     (hybrid.Stats.TopRefused, an estimate never under the truth).
+//
+// Keys are secrets to someone (an API key, an address, a user's email),
+// so the key label is by default "h:" and the first 16 hex digits of the
+// key's SHA-256: stable, for alerting and dashboards, and matched to a
+// key by hashing it, or by reading Limiter.Stats and Limiter.HotKeys in
+// the process. RawKeys labels with the keys themselves.
+//
 // Hot keys are few by construction (a key must reach Config.HotKeyRate
 // on this node, and the Strict sketch keeps 64), so the key label's
 // cardinality stays small. A key appears while it is split and is gone
@@ -89,6 +101,24 @@ type Collector struct {
 	rounds, roundErrors, roundTime *prometheus.Desc
 	roundKeys                      *prometheus.Desc
 	calls, callErrors, breaker     *prometheus.Desc
+	topRefused                     *prometheus.Desc
+	raw                            bool // label keys as they are (RawKeys)
+}
+
+// An Option changes what a Collector exports.
+type Option func(*Collector)
+
+// RawKeys labels hot and most-refused keys with the keys themselves,
+// rather than a hash of each: for keys that are no secret.
+func RawKeys() Option { return func(c *Collector) { c.raw = true } }
+
+// label is what key is called in a key label.
+func (c *Collector) label(key string) string {
+	if c.raw {
+		return key
+	}
+	h := sha256.Sum256([]byte(key))
+	return "h:" + hex.EncodeToString(h[:8])
 }
 
 // breakerStates are the states hybridlimit_breaker_state reports.
@@ -97,9 +127,9 @@ var breakerStates = []string{"closed", "open", "half-open"}
 var _ prometheus.Collector = (*Collector)(nil)
 
 // NewCollector returns a Collector for l.
-func NewCollector(l *hybrid.Limiter) *Collector {
+func NewCollector(l *hybrid.Limiter, opts ...Option) *Collector {
 	key := []string{"key"}
-	return &Collector{
+	c := &Collector{
 		l:          l,
 		keys:       prometheus.NewDesc("hybridlimit_keys", "Keys the limiter tracks.", nil, nil),
 		health:     prometheus.NewDesc("hybridlimit_health", "Link to the fleet: 0 healthy, 1 degraded, 2 emergency.", nil, nil),
@@ -119,13 +149,18 @@ func NewCollector(l *hybrid.Limiter) *Collector {
 		calls:       prometheus.NewDesc("hybridlimit_fleet_calls_total", "Calls to a fleet: syncs and Strict decisions.", []string{"fleet"}, nil),
 		callErrors:  prometheus.NewDesc("hybridlimit_fleet_errors_total", "Calls to a fleet that did not reach it.", []string{"fleet"}, nil),
 		breaker:     prometheus.NewDesc("hybridlimit_breaker_state", "1 for the state a fleet's circuit breaker is in, 0 for the others.", []string{"fleet", "state"}, nil),
+		topRefused:  prometheus.NewDesc("hybridlimit_top_refused_requests", "Requests refused over the last one to two minutes, for the keys refused most (estimate).", key, nil),
 	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // Describe sends the descriptors of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.keys, c.health, c.factor, c.failing, c.late, c.hotStripes, c.hotShards, c.hotRate,
-		c.requests, c.degraded, c.rounds, c.roundErrors, c.roundTime, c.roundKeys, c.calls, c.callErrors, c.breaker} {
+		c.requests, c.degraded, c.rounds, c.roundErrors, c.roundTime, c.roundKeys, c.calls, c.callErrors, c.breaker, c.topRefused} {
 		ch <- d
 	}
 }
@@ -164,13 +199,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, on, f.Name, state)
 		}
 	}
+	for _, k := range st.TopRefused {
+		ch <- prometheus.MustNewConstMetric(c.topRefused, prometheus.GaugeValue, float64(k.Refused), c.label(k.Key))
+	}
 	for _, k := range c.l.HotKeys() {
 		if k.Stripes > 0 {
-			ch <- prometheus.MustNewConstMetric(c.hotStripes, prometheus.GaugeValue, float64(k.Stripes), k.Key)
+			ch <- prometheus.MustNewConstMetric(c.hotStripes, prometheus.GaugeValue, float64(k.Stripes), c.label(k.Key))
 		}
 		if k.Shards > 0 {
-			ch <- prometheus.MustNewConstMetric(c.hotShards, prometheus.GaugeValue, float64(k.Shards), k.Key)
+			ch <- prometheus.MustNewConstMetric(c.hotShards, prometheus.GaugeValue, float64(k.Shards), c.label(k.Key))
 		}
-		ch <- prometheus.MustNewConstMetric(c.hotRate, prometheus.GaugeValue, k.Rate, k.Key)
+		ch <- prometheus.MustNewConstMetric(c.hotRate, prometheus.GaugeValue, k.Rate, c.label(k.Key))
 	}
 }

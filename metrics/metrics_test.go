@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
@@ -41,7 +42,7 @@ func TestCollector(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(metrics.NewCollector(l))
+	reg.MustRegister(metrics.NewCollector(l, metrics.RawKeys()))
 
 	step := func(n int) {
 		for range n {
@@ -125,7 +126,7 @@ func TestCollectorShards(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(metrics.NewCollector(l))
+	reg.MustRegister(metrics.NewCollector(l, metrics.RawKeys()))
 	d, err := l.Allow("tenant-big")
 	require.NoError(t, err)
 	require.True(t, d.Allowed(), "decided on a shard")
@@ -212,4 +213,48 @@ hybridlimit_sync_rounds_total 3
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	require.Empty(t, problems, "promlint")
+}
+
+// TestCollectorHashesKeys checks that by default no key reaches
+// /metrics as it is, in the hot-key and most-refused metrics alike,
+// while RawKeys shows them: a hot tenant's API key was once exported as
+// key="api:sk_live_...".
+func TestCollectorHashesKeys(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Unix(1e9, 0))
+	l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: stingy{}, Clock: clk, ManualSync: true,
+		HotKeyRate: 1000, HotKeyStripes: 4,
+		Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	const secret = "api:sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+	for range 5 {
+		for range 500 {
+			_, _ = l.Allow(secret)
+		}
+		clk.Advance(100 * time.Millisecond)
+		require.NoError(t, l.SyncOnce(context.Background()))
+	}
+	require.NotEmpty(t, l.Stats().TopRefused, "the stingy fleet refused the key")
+	hashed, err := testutil.CollectAndFormat(metrics.NewCollector(l), expfmt.TypeTextPlain,
+		"hybridlimit_top_refused_requests", "hybridlimit_hot_key_rate")
+	require.NoError(t, err)
+	require.NotContains(t, string(hashed), "sk_live", "a key in /metrics")
+	require.Contains(t, string(hashed), `hybridlimit_top_refused_requests{key="h:`)
+	raw, err := testutil.CollectAndFormat(metrics.NewCollector(l, metrics.RawKeys()), expfmt.TypeTextPlain,
+		"hybridlimit_top_refused_requests")
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `key="`+secret+`"`)
+}
+
+// stingy is a fleet in memory that grants each sync a tenth of what it
+// asks.
+type stingy struct{}
+
+func (stingy) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+	resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
+	for i, u := range req.Keys {
+		resp.Grants[i] = fleet.Grant{Lease: u.Demand / 10, TTL: 2 * req.Interval, Remaining: 0, Nodes: 1, Weight: 1}
+	}
+	return resp, nil
 }
