@@ -264,3 +264,35 @@ func TestCorruptReserve(t *testing.T) {
 		}
 	}
 }
+
+// TestStrictStateOfAnotherType: a strict key's state or shard mark of
+// another type than the scripts write (a hash) reads as none, as a
+// deleted one would (strictRead): the key decides as a full bucket, on
+// itself, and the decision's SET puts a state of the right type back.
+// It grants no more than a DEL of the key; a number no script writes is
+// still refused (TestCorruptStrictState).
+func TestStrictStateOfAnotherType(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := s.Client(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	lim := fleet.Limit{Algorithm: local.TokenBucket, Limit: 2, Window: time.Minute}
+	for _, suffix := range []string{"gcra", "shards"} {
+		key := "typed-" + suffix
+		require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", key, suffix), "x", "1").Err())
+		admitted := 0
+		for range 4 {
+			d, err := r.Allow(ctx, key, lim, 1)
+			require.NoError(t, err, suffix)
+			require.Zero(t, d.Shards, suffix)
+			if d.Allowed {
+				admitted++
+			}
+		}
+		assert.Equal(t, 2, admitted, "%s: a full bucket of 2, then exact", suffix)
+	}
+	typ, err := c.Type(ctx, global.RedisKeyForTest("hl:", "typed-gcra", "gcra")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "string", typ, "the state is the scripts' again")
+}

@@ -71,3 +71,43 @@ func TestCommandsPerDecision(t *testing.T) {
 	assert.LessOrEqual(t, scripts, 0.05, "script calls per decision")
 	assert.LessOrEqual(t, float64(total)/decisions, 3.1, "commands per decision (inside scripts too)")
 }
+
+// TestCommandsPerStrictDecision counts what Redis runs for a Strict
+// decision (GCRA, the default), by INFO commandstats: one script call,
+// and inside it TIME, the key's state and shard mark in one MGET, and
+// the SET of the new state. The state and the mark were two GETs: 5
+// commands a decision to go-redis/redis_rate's 4 (docs/benchmarks.md).
+func TestCommandsPerStrictDecision(t *testing.T) {
+	t.Parallel()
+	const keys = 100
+	srv := redistest.StartServer(t)
+	l, err := hybrid.New(hybrid.Config{
+		Node:       "n1",
+		Policies:   []hybrid.Policy{{Name: "exact", Mode: hybrid.Strict, Limit: 1_000_000, Window: time.Second}},
+		Syncer:     redisSyncer(t, srv),
+		ManualSync: true,
+		HotKeyRate: -1,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	for i := range keys { // every key's state exists from here on
+		_, err := l.Allow(fmt.Sprint("tenant:", i))
+		require.NoError(t, err)
+	}
+	srv.ResetStats(t)
+	for range 10 {
+		for i := range keys {
+			d, err := l.Allow(fmt.Sprint("tenant:", i))
+			require.NoError(t, err)
+			require.True(t, d.Allowed())
+		}
+	}
+	cmds := srv.Commands(t)
+	total := int64(0)
+	for _, n := range cmds {
+		total += n
+	}
+	t.Logf("per decision: %.3f commands (%v)", float64(total)/(10*keys), cmds)
+	assert.Equal(t, int64(10*keys), cmds["evalsha"], "one script call a decision")
+	assert.LessOrEqual(t, float64(total)/(10*keys), 4.0, "commands per decision (inside the script too)")
+}
