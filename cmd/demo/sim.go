@@ -31,7 +31,6 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var (
 		cfg       sim.Config
-		alg       = fs.String("algorithm", "tokenbucket", "tokenbucket or slidingwindow")
 		shares    = fs.String("shares", "demandweighted", "demandweighted or equal (sweep: a comma-separated list)")
 		nodesList = fs.String("nodes", "4", "nodes in the fleet (sweep: a comma-separated list)")
 		backends  = fs.String("backend", "redis", "redis or gossip (sweep: a comma-separated list)")
@@ -43,6 +42,7 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 		falseRej  = fs.Float64("false-rejection", 2, "tune: acceptable false rejection, in percent of what an ideal limiter admits")
 	)
 	def := sim.DefaultConfig()
+	fs.TextVar(&cfg.Algorithm, "algorithm", local.TokenBucket, "tokenbucket (gcra) or slidingwindow")
 	fs.StringVar(&cfg.Scenario, "scenario", def.Scenario, "the load: "+strings.Join(sim.Scenarios, ", "))
 	fs.DurationVar(&cfg.Interval, "sync", def.Interval, "the sync interval")
 	fs.Float64Var(&cfg.Rate, "rate", def.Rate, "requests per second offered to each node")
@@ -67,13 +67,8 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "demo sim:", err)
 		return 1
 	}
-	switch *alg {
-	case "tokenbucket", "gcra":
-		cfg.Algorithm = local.TokenBucket
-	case "slidingwindow":
-		cfg.Algorithm = local.SlidingWindow
-	default:
-		return fail(fmt.Errorf("-algorithm %q: want tokenbucket or slidingwindow", *alg))
+	if cfg.Algorithm != local.TokenBucket && cfg.Algorithm != local.SlidingWindow {
+		return fail(fmt.Errorf("-algorithm %v: the simulator has tokenbucket and slidingwindow", cfg.Algorithm))
 	}
 	shareList, err := parseShares(*shares)
 	if err != nil {
@@ -161,14 +156,11 @@ func writeFile(name string, write func(io.Writer) error) error {
 func parseShares(s string) ([]fleet.Shares, error) {
 	var out []fleet.Shares
 	for _, f := range strings.Split(s, ",") {
-		switch strings.TrimSpace(f) {
-		case "demandweighted":
-			out = append(out, fleet.DemandWeighted)
-		case "equal":
-			out = append(out, fleet.Equal)
-		default:
-			return nil, fmt.Errorf("-shares %q: want demandweighted or equal", f)
+		var sh fleet.Shares
+		if err := sh.UnmarshalText([]byte(f)); err != nil {
+			return nil, fmt.Errorf("-shares: %w", err)
 		}
+		out = append(out, sh)
 	}
 	return out, nil
 }

@@ -64,3 +64,26 @@ func TestSimCommands(t *testing.T) {
 	_, _, code = run("bogus")
 	assert.Equal(t, 2, code)
 }
+
+// TestSimFlagsTakeNames checks that -algorithm and -shares read the
+// enums' text forms, in any case, and refuse the rest with the names
+// they take.
+func TestSimFlagsTakeNames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		code int
+		err  string
+	}{
+		{[]string{"--algorithm", "Sliding_Window", "--duration", "1s"}, 0, ""},
+		{[]string{"--algorithm", "gcra", "--shares", "EQUAL", "--duration", "1s"}, 0, ""},
+		{[]string{"--algorithm", "fixedwindow"}, 1, "the simulator has tokenbucket and slidingwindow"},
+		{[]string{"--algorithm", "leaky"}, 2, `local: Algorithm "leaky" is not one of`},
+		{[]string{"--shares", "demandweighted,fair"}, 1, `fleet: Shares "fair" is not one of demandweighted, equal`},
+	} {
+		var out, errOut bytes.Buffer
+		code := simMain(tc.args, &out, &errOut)
+		assert.Equal(t, tc.code, code, "%v: %s", tc.args, errOut.String())
+		assert.Contains(t, errOut.String(), tc.err, "%v", tc.args)
+	}
+}
