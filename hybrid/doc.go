@@ -20,7 +20,10 @@
 // longer the outage lasts, and marks its decisions Degraded. A circuit
 // breaker keeps the node from waiting on a dead fleet; Config.Failover
 // (gossip beside Redis) keeps a fleet-wide view while Redis is down; and
-// Limiter.Health says where the node stands.
+// Limiter.Health says where the node stands. Config.OnHealthChange hears
+// each change of it, and Limiter.Stats counts what the node decided, its
+// sync rounds and the keys refused most, for metrics (package metrics),
+// at no cost to the requests.
 //
 // Time is the runtime's monotonic clock; a Limiter made in a
 // testing/synctest bubble runs on the bubble's fake time instead, so a test
