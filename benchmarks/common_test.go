@@ -54,18 +54,8 @@ func runSerial(b *testing.B, newDecider func(b *testing.B) (decider, func()), wa
 	defer done()
 	warmUp(b, allow, warm)
 	mask := len(seq) - 1
-	admitted, failed := 0, 0
 	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		ok, err := allow(seq[i&mask])
-		if err != nil {
-			failed++
-		} else if ok {
-			admitted++
-		}
-		i++
-	}
+	admitted, failed := tally(allow, func(i int) string { return seq[i&mask] }, 0, b.Loop)
 	report(b, admitted, failed)
 }
 
@@ -80,22 +70,28 @@ func runParallel(b *testing.B, newDecider func(b *testing.B) (decider, func()), 
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		i := int(offset.Add(1) * 7919)
-		ok, bad := 0, 0
-		for pb.Next() {
-			a, err := allow(seq[i&mask])
-			if err != nil {
-				bad++
-			} else if a {
-				ok++
-			}
-			i++
-		}
+		ok, bad := tally(allow, func(i int) string { return seq[i&mask] }, int(offset.Add(1)*7919), pb.Next)
 		admitted.Add(int64(ok))
 		failed.Add(int64(bad))
 	})
 	b.StopTimer()
 	report(b, int(admitted.Load()), int(failed.Load()))
+}
+
+// tally offers key(i) for i from start on while next says to go on, and
+// counts the decisions admitted and those that failed. It is every timed
+// loop of this module, so that each library pays the same harness: one
+// call of key and one of allow a decision.
+func tally(allow decider, key func(int) string, start int, next func() bool) (admitted, failed int) {
+	for i := start; next(); i++ {
+		ok, err := allow(key(i))
+		if err != nil {
+			failed++
+		} else if ok {
+			admitted++
+		}
+	}
+	return admitted, failed
 }
 
 // warmUp offers each of keys once, so that they exist before timing.

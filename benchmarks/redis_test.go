@@ -221,35 +221,16 @@ func redisBench(b *testing.B, newContender redisContender) {
 				cmds0, rtt0 := commands(b, admin), rtt.n.Load()
 				var admitted, failed atomic.Int64
 				b.ReportAllocs()
+				key := func(i int) string { return keys[i%nkeys] }
 				if g == 1 {
-					ok, bad := 0, 0
-					i := 0
-					for b.Loop() {
-						a, err := allow(keys[i%nkeys])
-						if err != nil {
-							bad++
-						} else if a {
-							ok++
-						}
-						i++
-					}
+					ok, bad := tally(allow, key, 0, b.Loop)
 					admitted.Add(int64(ok))
 					failed.Add(int64(bad))
 				} else {
 					b.SetParallelism(par)
 					b.ResetTimer()
 					b.RunParallel(func(pb *testing.PB) {
-						i := int(offset.Add(1))
-						ok, bad := 0, 0
-						for pb.Next() {
-							a, err := allow(keys[i%nkeys])
-							if err != nil {
-								bad++
-							} else if a {
-								ok++
-							}
-							i++
-						}
+						ok, bad := tally(allow, key, int(offset.Add(1)), pb.Next)
 						admitted.Add(int64(ok))
 						failed.Add(int64(bad))
 					})

@@ -34,6 +34,7 @@ type RefusedKey struct {
 type refusals struct {
 	cur, prev *sketch.SpaceSaving
 	since     int64                        // when cur began
+	fresh     bool                         // refusals noted since the last publish
 	top       atomic.Pointer[[]RefusedKey] // the last published, for Stats
 }
 
@@ -47,6 +48,7 @@ func (l *Limiter) noteRefused(key string, n uint64) {
 		r.cur, r.prev = sketch.NewSpaceSaving(topCounters), sketch.NewSpaceSaving(topCounters)
 	}
 	r.cur.Add(key, n)
+	r.fresh = true
 }
 
 // publishRefused starts a new window when the current one is full, and
@@ -59,7 +61,12 @@ func (l *Limiter) publishRefused(now int64) {
 	if now-r.since >= int64(topWindow) {
 		r.prev.Reset()
 		r.cur, r.prev, r.since = r.prev, r.cur, now
+		r.fresh = true
 	}
+	if !r.fresh {
+		return // nothing new: the published top stands, and a round allocates nothing for it
+	}
+	r.fresh = false
 	byKey := map[string]*RefusedKey{}
 	for _, s := range []*sketch.SpaceSaving{r.prev, r.cur} {
 		for _, it := range s.Top(topCounters) {
