@@ -157,7 +157,8 @@ func TestCorruptLeaseState(t *testing.T) {
 	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
 		state := corruptions([]string{"tokens"}, true, hset("lease"))
-		state = append(state, corruptions([]string{"ts"}, false, hset("lease"))...)
+		state = append(state, corruptions([]string{"ts", "b"}, false, hset("lease"))...)
+		state = append(state, corruption{"b=0", hset("lease")("b", "0")}, corruption{"b=2.5", hset("lease")("b", "2.5")})
 		if alg == local.SlidingWindow {
 			state = corruptions([]string{"w", "cur", "prev"}, false, hset("lease"))
 		}

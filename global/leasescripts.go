@@ -219,7 +219,11 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
 
   local h = readState(key)
   local st = {h['tokens'], h['ts'], h['l:' .. node], h['g:' .. node], h['k:' .. node], h['c:' .. node], h['p:' .. node]}
-  local tokens = refill(stored(st[1], 'tokens', -huge) or burst, stored(st[2], 'ts', 0) or now, now, rate, burst)
+  -- A bucket counted under another burst (its policy changed) keeps
+  -- what it has spent: the tokens it lacks, not those it holds.
+  local tokens, was = stored(st[1], 'tokens', -huge), whole(h['b'], 'b', 1)
+  if tokens and was and was ~= burst then tokens = tokens + burst - was end
+  tokens = refill(tokens or burst, stored(st[2], 'ts', 0) or now, now, rate, burst)
   local k = whole(st[5], 'k:' .. node, 1)
   local series, upto, behind
   consumed, series, upto, behind = once(consumed, rseries, rtotal, k, whole(st[6], 'c:' .. node, 0))
@@ -283,7 +287,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   tokens = clampN(tokens - lease)
 
   if settled then redis.call('HDEL', key, 'p:' .. node) end
-  writeState(h, key, now, ttl, {'tokens', tokens, 'ts', now,
+  writeState(h, key, now, ttl, {'tokens', tokens, 'ts', now, 'b', burst,
     'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now}, node, series, upto)
 
   local reset = 0

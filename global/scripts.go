@@ -18,6 +18,9 @@ import (
 //
 //	tokens, ts        token bucket: tokens left (may go negative: debt
 //	                  from consumption reported after an outage) and when
+//	b                 token bucket: the burst tokens counts from; a lease
+//	                  under another (its policy changed) keeps what was
+//	                  spent, burst - tokens
 //	w, cur, prev      sliding window: the current window number, its count
 //	                  and the previous window's count
 //	l:<node>          the node's outstanding lease
@@ -349,8 +352,11 @@ if sw then
   elapsed = now - w * window
   used = estimate(cur, prevc, window, elapsed)
 else
-  local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-  tokens = refill(stored(st[1], 'tokens', -huge) or burst, stored(st[2], 'ts', 0) or now, now, limit / window, burst)
+  local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'b')
+  tokens = stored(st[1], 'tokens', -huge)
+  local was = whole(st[3], 'b', 1)
+  if tokens and was and was ~= burst then tokens = tokens + burst - was end -- see leaseTokenBucket
+  tokens = refill(tokens or burst, stored(st[2], 'ts', 0) or now, now, limit / window, burst)
   used = math.max(0, math.ceil(burst - tokens))
 end
 `
@@ -380,7 +386,7 @@ if want <= used then return {1} end
 if sw then
   redis.call('HSET', KEYS[1], 'w', w, 'cur', cur + want - used, 'prev', prevc)
 else
-  redis.call('HSET', KEYS[1], 'tokens', burst - want, 'ts', now)
+  redis.call('HSET', KEYS[1], 'tokens', burst - want, 'ts', now, 'b', burst)
 end
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[6]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[6])

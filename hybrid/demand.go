@@ -21,8 +21,8 @@ const headroom = 1.5
 func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 	first := k.spentSeen == 0 && k.refusedSeen == 0
 	offered := float64(m.s0-k.spentSeen) + float64(m.refused-k.refusedSeen)
-	k.pol.counts.admitted.Add(m.s0 - k.spentSeen)
-	k.pol.counts.refused.Add(m.refused - k.refusedSeen)
+	k.policy().counts.admitted.Add(m.s0 - k.spentSeen)
+	k.policy().counts.refused.Add(m.refused - k.refusedSeen)
 	l.noteRefused(k.key, m.refused-k.refusedSeen)
 	k.spentSeen, k.refusedSeen = m.s0, m.refused
 	dt := now - k.forecastAt
@@ -59,12 +59,12 @@ func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 // it reports spent since the last sync.
 func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
 	k.capped = false
-	k.idle = now-k.activeAt > l.idleAfter()
+	k.idle = k.leaving || now-k.activeAt > l.idleAfter()
 	if k.idle {
 		return 0
 	}
-	h := l.horizon(k.pol)
-	if k.hasGrant.Load() && k.fleetRemaining.Load() < k.pol.capacity/2 {
+	h := l.horizon(k.policy())
+	if k.hasGrant.Load() && k.fleetRemaining.Load() < k.policy().capacity/2 {
 		// Near its limit a key asks for what a loop keeping time would:
 		// its demand is its claim on the fleet's shares (gossip reads it
 		// as a rate), and a node whose rounds run late or far apart
@@ -72,15 +72,15 @@ func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
 		// (TestGossipSkew beside busy loops: 7.7-13% refused against
 		// 3.5-7% before leases were sized for lateness). Far from its
 		// limit the fleet has room, and a starved node keeps its leases.
-		h = min(l.cfg.Interval, k.pol.Window) + time.Duration(l.syncs.rtt)
+		h = min(l.cfg.Interval, k.policy().Window) + time.Duration(l.syncs.rtt)
 	}
-	d := max(ceil(k.rate*h.Seconds()*headroom), l.floor(k.pol, k.nodes))
+	d := max(ceil(k.rate*h.Seconds()*headroom), l.floor(k.policy(), k.nodes))
 	if l.cfg.Shares == fleet.Equal {
 		if c := l.entitled(k, now, consumed); d > c {
 			d, k.capped = c, true
 		}
 	}
-	return min(d, k.pol.capacity, maxAllowance)
+	return min(d, k.policy().capacity, maxAllowance)
 }
 
 // horizon is how long a lease granted now must last: until the grant
@@ -120,11 +120,11 @@ func (l *Limiter) lowWater(k *keyState, lease int64) int64 {
 // from it, what a lease left unspent comes back.
 func (l *Limiter) entitled(k *keyState, now, consumed int64) int64 {
 	n := l.nodesOr(k.nodes)
-	capacity := max(1, float64(k.pol.capacity)/n)
+	capacity := max(1, float64(k.policy().capacity)/n)
 	if k.shareAt == 0 {
 		k.share = capacity
 	} else {
-		k.share += k.pol.perSec / n * float64(now-k.shareAt) / 1e9
+		k.share += k.policy().perSec / n * float64(now-k.shareAt) / 1e9
 		k.share += float64(max(0, k.lease-consumed))
 	}
 	k.share = min(k.share, capacity)

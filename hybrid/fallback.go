@@ -15,21 +15,21 @@ import (
 // failed decides, by the policy's FailMode, a request that neither the
 // lease nor the fleet can answer. now is always read by then.
 func (l *Limiter) failed(k *keyState, now, n int64) Decision {
-	if n > k.pol.capacity {
+	if n > k.policy().capacity {
 		k.countFailed(n, false)
-		return makeDecision(k.pol.capacity, 0, local.Never, 0, true) // not even FailOpen admits it
+		return makeDecision(k.policy().capacity, 0, local.Never, 0, true) // not even FailOpen admits it
 	}
-	switch k.pol.OnUnreachable {
+	switch k.policy().OnUnreachable {
 	case FailOpen:
 		k.spend(n)
 		k.countFailed(n, true)
-		return makeDecision(k.pol.capacity, k.pol.capacity, 0, 0, true)
+		return makeDecision(k.policy().capacity, k.policy().capacity, 0, 0, true)
 	case FailClosed:
 		k.countFailed(n, false)
-		return makeDecision(k.pol.capacity, 0, l.retryAfter(now), 0, true)
+		return makeDecision(k.policy().capacity, 0, l.retryAfter(now), 0, true)
 	}
 	l.sizeFallback(k, now)
-	r, err := k.pol.local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
+	r, err := k.policy().local.AllowNAt(k.key, l.epoch.Add(time.Duration(now)), int(n))
 	if err != nil {
 		l.keyFailed(k, err) // refused, and Health says why
 	}
@@ -61,7 +61,7 @@ func (l *Limiter) fleetSize() float64 { return float64(max(1, l.nodesHint.Load()
 // keeps, at each step, the tokens it holds (up to the new burst) rather
 // than owing the old rate's spending at the new one.
 func (l *Limiter) sizeFallback(k *keyState, now int64) {
-	if k.pol.local == nil {
+	if k.policy().local == nil {
 		return
 	}
 	fbits := l.factorFor(k)
@@ -70,11 +70,11 @@ func (l *Limiter) sizeFallback(k *keyState, now int64) {
 		return // sized, or being sized by another request
 	}
 	w := l.share(math.Float64frombits(k.weightBits.Load())) * math.Float64frombits(fbits)
-	limit := max(1, int64(w*float64(k.pol.Limit)))
+	limit := max(1, int64(w*float64(k.policy().Limit)))
 	full := limit
 	burst := int64(0)
-	if k.pol.Algorithm == local.TokenBucket {
-		burst = max(1, int64(w*float64(k.pol.Burst)))
+	if k.policy().Algorithm == local.TokenBucket {
+		burst = max(1, int64(w*float64(k.policy().Burst)))
 		full = burst
 	}
 	at := l.wall(now)
@@ -83,21 +83,21 @@ func (l *Limiter) sizeFallback(k *keyState, now int64) {
 	case old == 0 && k.hasGrant.Load():
 		keep = int64(w * float64(max(0, k.fleetRemaining.Load())))
 	case old != 0 && burst > 0:
-		r, _ := k.pol.local.AllowNAt(k.key, at, 0)
+		r, _ := k.policy().local.AllowNAt(k.key, at, 0)
 		keep = r.Remaining()
 	}
 	if keep >= 0 {
-		k.pol.local.Delete(k.key)
+		k.policy().local.Delete(k.key)
 	}
 	// The bucket is made, and drained, at the decision's time: a
 	// drain dated before the bucket (as SetLimit, on the clock, once
 	// dated it) would be refused and leave it full.
-	if err := k.pol.local.SetLimitAt(k.key, at, limit, burst); err != nil {
+	if err := k.policy().local.SetLimitAt(k.key, at, limit, burst); err != nil {
 		l.keyFailed(k, err) // the fallback cannot hold the key: MaxKeys
 		return
 	}
 	if drain := full - keep; keep >= 0 && drain > 0 {
-		_, _ = k.pol.local.AllowNAt(k.key, at, int(drain))
+		_, _ = k.policy().local.AllowNAt(k.key, at, int(drain))
 	}
 }
 

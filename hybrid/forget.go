@@ -79,7 +79,7 @@ func (l *Limiter) forget(k *keyState) {
 // to any fleet, if it has been idle for long enough that what it spent
 // no longer counts anywhere: two of its Windows and an Interval.
 func (l *Limiter) forgetCutOff(k *keyState, now int64) {
-	if k.idle && now-k.activeAt > int64(2*k.pol.Window+l.cfg.Interval) {
+	if k.idle && now-k.activeAt > int64(2*k.policy().Window+l.cfg.Interval) {
 		l.forget(k)
 	}
 }
@@ -87,7 +87,7 @@ func (l *Limiter) forgetCutOff(k *keyState, now int64) {
 // sweepOther forgets a Local or Strict key unused since the last sweep,
 // and starts a new period for one that was used.
 func (l *Limiter) sweepOther(k *keyState) {
-	if !k.touched.Load() && (k.pol.Mode != Strict || l.charger == nil || !k.owes()) {
+	if !k.touched.Load() && (k.policy().Mode != Strict || l.charger == nil || !k.owes()) {
 		l.forget(k)
 		return
 	}
@@ -106,7 +106,7 @@ func (l *Limiter) makeRoom() bool {
 		l.syncs.lastRoom = now
 		l.keys.Range(func(_, v any) bool {
 			k := v.(*keyState)
-			if k.pol.Mode != Hybrid {
+			if k.policy().Mode != Hybrid {
 				l.sweepOther(k)
 			} else if k.allReported(len(l.fleets), k.spent()) && k.allowance() == 0 && k.hasGrant.Load() && k.lease == 0 {
 				l.forget(k)

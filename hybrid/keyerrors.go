@@ -33,7 +33,7 @@ func (l *Limiter) keyFailed(k *keyState, err error) {
 			return
 		}
 		l.cfg.Logger.Warn("hybridlimit: a key cannot be decided as its policy says; it follows its FailMode",
-			slog.String("policy", k.pol.Name), slog.String("fail_mode", k.pol.OnUnreachable.String()),
+			slog.String("policy", k.policy().Name), slog.String("fail_mode", k.policy().OnUnreachable.String()),
 			slog.Any("error", err))
 	}
 }
@@ -42,7 +42,7 @@ func (l *Limiter) keyFailed(k *keyState, err error) {
 func (l *Limiter) keyAnswered(k *keyState) {
 	if k.failing.Load() && k.failing.CompareAndSwap(true, false) {
 		l.keyErrs.failing.Add(-1)
-		l.cfg.Logger.Info("hybridlimit: the fleet answers a key again", slog.String("policy", k.pol.Name))
+		l.cfg.Logger.Info("hybridlimit: the fleet answers a key again", slog.String("policy", k.policy().Name))
 	}
 }
 

@@ -51,9 +51,10 @@ type keyState struct {
 
 	// Sync loop state, beside the flags above so that the struct packs
 	// (no padding between its small fields).
-	listed bool // Strict: in syncState.sharded
-	capped bool // the demand was cut to the node's equal share
-	idle   bool // no request for an IdleTimeout
+	listed  bool // Strict: in syncState.sharded
+	capped  bool // the demand was cut to the node's equal share
+	idle    bool // no request for an IdleTimeout, or leaving
+	leaving bool // its policy is gone or of another kind: handed back and forgotten (see evict)
 
 	extra atomic.Int64 // spent outside the lease (degraded admissions), in full
 	low   atomic.Int64 // allowance below which an early sync is asked for; 0 for none
@@ -73,7 +74,8 @@ type keyState struct {
 	shardUntil atomic.Int64 // Strict: when the fleet's mark that it is sharded runs out, as last heard
 
 	key string
-	pol *policy
+	pol atomic.Pointer[policy] // its policy; the sync loop moves it to another on a change (SetPolicies, Invalidate)
+	gen atomic.Uint32          // the policy table's generation the key was resolved in; 0: resolve it again
 
 	// Sync loop state.
 	reported   [2]int64     // spent as of the last report each fleet took
@@ -111,6 +113,10 @@ type keyState struct {
 	seriesBase  int64   // spent when the series began
 }
 
+// policy is k's policy now. A decision reads it once: the sync loop may
+// move the key to the policy that replaced it (see rehome).
+func (k *keyState) policy() *policy { return k.pol.Load() }
+
 // seriesOf is k's report series and its Total at spent s0 (see
 // fleet.Usage.Series). A series is begun afresh when k has none, or its
 // Total would pass 2^52: its number is random, from 1 to
@@ -128,7 +134,7 @@ func (k *keyState) seriesOf(rng interface{ Uint64N(uint64) uint64 }, s0 int64) (
 // again, so that the next outage starts afresh.
 func (k *keyState) resetFallback() {
 	if k.fallback.Load() != 0 && k.fallback.Swap(0) != 0 {
-		k.pol.local.Delete(k.key)
+		k.policy().local.Delete(k.key)
 	}
 }
 
@@ -153,7 +159,7 @@ func (k *keyState) allReported(n int, s0 int64) bool {
 // roll moves k's reconciliation marks to the Window-long period now falls
 // in, at spent s0.
 func (k *keyState) roll(now int64, s0 int64) {
-	idx := now / int64(k.pol.Window)
+	idx := now / int64(k.policy().Window)
 	switch idx {
 	case k.markIdx:
 		return

@@ -105,7 +105,7 @@ var errUnsettled = errors.New("hybrid: the report was not settled")
 
 // newLeaseShards puts k on n lease shards until the mark's end, as heard.
 func (l *Limiter) newLeaseShards(k *keyState, n int, until int64) *leaseShards {
-	per, _ := splitLimit(k.pol.limit, n)
+	per, _ := splitLimit(k.policy().limit, n)
 	home := int((xxh3.HashString(l.cfg.Node) ^ xxh3.HashString(k.key)) % uint64(n))
 	counted := int64(0)
 	if l.now()-k.keyLeaseAt <= 2*int64(l.cfg.Interval) {
@@ -167,7 +167,7 @@ func (l *Limiter) tendLeaseShards(ctx context.Context, now int64, batch []*keySt
 			// merged, and split anew with its charges.
 			sent := l.now()
 			rctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
-			n, left, err := l.ldir.MarkLeaseShards(rctx, k.key, 0, ttl, k.pol.limit)
+			n, left, err := l.ldir.MarkLeaseShards(rctx, k.key, 0, ttl, k.policy().limit)
 			cancel()
 			l.heard(ctx, k, n, left, sent, err)
 		case now >= ls.until-2*interval-int64(l.cfg.SyncTimeout):
@@ -213,13 +213,13 @@ func (l *Limiter) heard(ctx context.Context, k *keyState, n int, left time.Durat
 // mark and the second charge can absorb.
 func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
 	n := min(l.cfg.HotKeyShards, k.nodes/4)
-	if n < 2 || !divisible(k.pol.limit, n) {
+	if n < 2 || !divisible(k.policy().limit, n) {
 		return
 	}
-	per, _ := splitLimit(k.pol.limit, n)
+	per, _ := splitLimit(k.policy().limit, n)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
 	defer cancel()
-	before, err := l.ldir.LeaseUsed(cctx, k.key, itself, k.pol.limit)
+	before, err := l.ldir.LeaseUsed(cctx, k.key, itself, k.policy().limit)
 	if err != nil {
 		return
 	}
@@ -227,14 +227,14 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
 		return
 	}
 	sent := l.now()
-	m, left, err := l.ldir.MarkLeaseShards(cctx, k.key, n, l.leaseMarkTTL(), k.pol.limit)
+	m, left, err := l.ldir.MarkLeaseShards(cctx, k.key, n, l.leaseMarkTTL(), k.policy().limit)
 	if err != nil || left == 0 {
 		return // an ended split awaits its merge: the next sync is sent to it
 	}
 	if m != n {
-		per, _ = splitLimit(k.pol.limit, m)
+		per, _ = splitLimit(k.policy().limit, m)
 	}
-	if used, err := l.ldir.LeaseUsed(cctx, k.key, itself, k.pol.limit); err == nil {
+	if used, err := l.ldir.LeaseUsed(cctx, k.key, itself, k.policy().limit); err == nil {
 		_ = l.ldir.ChargeLeasesAtLeast(cctx, k.key, fleet.ShardsOf(k.key, m), per, used/int64(m), l.cfg.Interval)
 	}
 	k.lshards, k.series = l.newLeaseShards(k, m, sent+int64(left)), 0
@@ -252,7 +252,7 @@ func (l *Limiter) mergeLeases(ctx context.Context, k *keyState) {
 	if err != nil {
 		return // the shards lend nothing now; try again at the next sync
 	}
-	if err := l.ldir.ChargeLeasesAtLeast(cctx, k.key, itself, k.pol.limit, used, l.cfg.Interval); err != nil {
+	if err := l.ldir.ChargeLeasesAtLeast(cctx, k.key, itself, k.policy().limit, used, l.cfg.Interval); err != nil {
 		return
 	}
 	if ended, err := l.ldir.EndLeaseShards(cctx, k.key); err != nil || !ended {

@@ -3,12 +3,9 @@ package hybrid
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,7 +50,7 @@ type policy struct {
 	perSec   float64        // the fleet's quota per second
 	paced    bool           // Hybrid sliding window: leases may be paced (see slidinglease.go)
 	local    *local.Limiter // Local: the limiter; FailStatic: the fallback buckets
-	counts   policyCounts   // for Stats
+	counts   *policyCounts  // for Stats; a changed policy keeps its predecessor's
 }
 
 // Limiter limits requests per key across a fleet of nodes. Each key is
@@ -65,27 +62,22 @@ type policy struct {
 // A Limiter is safe for concurrent use. Close it to hand its leases back
 // and stop its goroutine.
 type Limiter struct {
-	cfg      Config
-	clk      clock.Clock
-	epoch    time.Time // the clock's Now and Nanotime at New, read together
-	mono     int64
-	policies []*policy // longest Prefix first
-	byName   map[string]*policy
-	strict   store.StrictDecider
-	charger  store.StrictCharger       // nil: Strict admissions without the store are not charged to it
-	strictP  *policy                   // a Strict policy, whose limit probes the store; nil if none
-	dir      store.ShardDirectory      // nil: Strict keys are not sharded
-	ldir     store.LeaseShardDirectory // nil: Hybrid keys never lease from shards
-	census   store.Census              // nil: the fleet's size is learned from leases alone
-	unsure   atomic.Bool               // a caller's context ended a Strict call: the loop probes the store (chargeStrict)
+	cfg     Config
+	clk     clock.Clock
+	epoch   time.Time // the clock's Now and Nanotime at New, read together
+	mono    int64
+	table   atomic.Pointer[policyTable] // the policies in force (policies.go)
+	tableMu sync.Mutex                  // one SetPolicies at a time
+	strict  store.StrictDecider
+	charger store.StrictCharger       // nil: Strict admissions without the store are not charged to it
+	dir     store.ShardDirectory      // nil: Strict keys are not sharded
+	ldir    store.LeaseShardDirectory // nil: Hybrid keys never lease from shards
+	census  store.Census              // nil: the fleet's size is learned from leases alone
+	unsure  atomic.Bool               // a caller's context ended a Strict call: the loop probes the store (chargeStrict)
 
 	keys      sync.Map // string -> *keyState
 	nkeys     atomic.Int64
 	crowdedAt atomic.Int64 // when the table was last seen crowded (forget.go); 0 if never
-	// localFirst: some policy is Local and a key's policy is told by
-	// its prefix; Local keys are then held by their policy's
-	// local.Limiter alone, not in keys (see localPolicy).
-	localFirst bool
 
 	fleets    []*link          // Syncer, then Failover if set
 	hot       *sketch.Detector // samples Strict requests to find hot keys; nil if none can be
@@ -124,12 +116,11 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, cfgerr.Wrap(ErrInvalidConfig, err)
 	}
 	l := &Limiter{
-		cfg:    cfg,
-		clk:    cfg.Clock,
-		epoch:  cfg.Clock.Now(),
-		mono:   cfg.Clock.Nanotime(),
-		byName: make(map[string]*policy, len(cfg.Policies)),
-		early:  make(chan *keyState, 256),
+		cfg:   cfg,
+		clk:   cfg.Clock,
+		epoch: cfg.Clock.Now(),
+		mono:  cfg.Clock.Nanotime(),
+		early: make(chan *keyState, 256),
 	}
 	offers := store.Of(cfg.Syncer) // what the Syncer's store does beyond syncing
 	l.strict, _ = offers.(store.StrictDecider)
@@ -149,50 +140,18 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Failover != nil {
 		l.fleets = append(l.fleets, newFleet(cfg.Failover, "Failover", cfg.Breaker))
 	}
-	for i := range cfg.Policies {
-		p := cfg.Policies[i]
-		lim, err := checkPolicy(i, &p, cfg.Syncer)
-		if err != nil {
-			return nil, cfgerr.Wrap(ErrInvalidConfig, err)
-		}
-		if _, dup := l.byName[p.Name]; dup {
-			return nil, cfgerr.Wrap(ErrInvalidConfig, fmt.Errorf("hybrid: Config.Policies[%d]: Name %q is used twice", i, p.Name))
-		}
-		pol := &policy{Policy: p, limit: lim, capacity: p.Limit, perSec: float64(p.Limit) / p.Window.Seconds()}
-		pol.paced = p.Mode == Hybrid && lim.Algorithm == local.SlidingWindow
-		if p.Algorithm == local.TokenBucket {
-			pol.capacity = p.Burst
-		}
-		if p.Mode == Local || p.OnUnreachable == FailStatic {
-			pol.local, err = local.New(local.Config{
-				Algorithm: p.Algorithm, Limit: p.Limit, Window: p.Window, Burst: p.Burst,
-				MaxKeys: cfg.MaxKeys, MaxKeyLen: cfg.MaxKeyLen, Clock: cfg.Clock,
-			})
-			if err != nil {
-				return nil, cfgerr.Wrap(ErrInvalidConfig, fmt.Errorf("hybrid: Config.Policies[%d] (%q): %w", i, p.Name, err))
-			}
-		}
-		l.byName[p.Name] = pol
-		l.policies = append(l.policies, pol)
-		l.localFirst = l.localFirst || p.Mode == Local && cfg.Resolve == nil
+	t, err := l.newTable(cfg.Policies, "Config.Policies", nil)
+	if err != nil {
+		return nil, cfgerr.Wrap(ErrInvalidConfig, err)
 	}
+	l.table.Store(t)
 	l.dir, _ = offers.(store.ShardDirectory)
 	l.ldir, _ = offers.(store.LeaseShardDirectory)
 	if l.strict != nil && l.dir != nil && cfg.HotKeyRate > 0 && cfg.HotKeyShards > 1 {
-		for _, p := range l.policies {
-			if p.Mode == Strict {
-				l.hot = sketch.NewDetector(64, 16, cfg.HotKeyRate)
-				break
-			}
-		}
+		// Made whether or not a policy is Strict now: SetPolicies may
+		// add one.
+		l.hot = sketch.NewDetector(64, 16, cfg.HotKeyRate)
 	}
-	for _, p := range l.policies {
-		if p.Mode == Strict && l.strict != nil {
-			l.strictP = p
-			break
-		}
-	}
-	sort.SliceStable(l.policies, func(i, j int) bool { return len(l.policies[i].Prefix) > len(l.policies[j].Prefix) })
 	l.syncs.rng = rand.New(rand.NewPCG(uint64(l.mono), xxh3.HashString(cfg.Node)))
 	l.sched.next.Store(int64(cfg.Interval))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -205,8 +164,12 @@ func New(cfg Config) (*Limiter, error) {
 }
 
 // Config returns the configuration the Limiter was built with, defaults
-// filled in.
-func (l *Limiter) Config() Config { return l.cfg }
+// filled in, and the policies in force (see SetPolicies).
+func (l *Limiter) Config() Config {
+	c := l.cfg
+	c.Policies = append([]Policy(nil), l.policies().given...)
+	return c
+}
 
 // now is the Limiter's time: nanoseconds since New.
 func (l *Limiter) now() int64 { return l.clk.Nanotime() - l.mono }
@@ -242,7 +205,8 @@ func (l *Limiter) allow(key string, now, n int64) (Decision, error) {
 }
 
 func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
-	if k.pol.Mode != Hybrid {
+	p := k.policy()
+	if p.Mode != Hybrid {
 		return l.decideOther(context.Background(), k, now, n)
 	}
 	given := now != noTime
@@ -256,7 +220,7 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 	var ok, early bool
 	if set := k.stripes.Load(); set != nil {
 		left, ok, early = k.takeStriped(set, max(n, 0))
-	} else if k.pol.paced {
+	} else if p.paced {
 		at := now
 		if given {
 			at = min(now, l.now()) // the pace releases by the Limiter's clock, never a caller's later one
@@ -272,7 +236,7 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 		if early {
 			l.askEarly(k)
 		}
-		return makeDecision(k.pol.capacity, k.fleetRemaining.Load()+left, 0, time.Duration(max(0, k.resetAt.Load()-now)), false), nil
+		return makeDecision(p.capacity, k.fleetRemaining.Load()+left, 0, time.Duration(max(0, k.resetAt.Load()-now)), false), nil
 	}
 	return l.short(k, now, n)
 }
@@ -283,14 +247,15 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 		return l.allow(k.key, now, n)
 	}
 	reset := time.Duration(max(0, k.resetAt.Load()-now))
-	if n > k.pol.capacity {
-		return makeDecision(k.pol.capacity, 0, local.Never, reset, false), nil
+	p := k.policy()
+	if n > p.capacity {
+		return makeDecision(p.capacity, 0, local.Never, reset, false), nil
 	}
 	if l.degraded.Load() || k.failing.Load() {
 		return l.failed(k, now, n), nil
 	}
 	k.refused.Add(uint64(n))
-	pacing := k.pol.paced && k.pace.pacing(now)
+	pacing := p.paced && k.pace.pacing(now)
 	if (k.low.Load() > 0 || now >= k.until.Load()) && !pacing {
 		// A lease whose tokens the pace has yet to release is not
 		// short: syncing would only lease them again.
@@ -303,7 +268,7 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 	if pacing {
 		retry = max(1, min(retry, time.Duration(n)*k.pace.next(now)))
 	}
-	return makeDecision(k.pol.capacity, k.fleetRemaining.Load()+k.allowance(), retry, reset, false), nil
+	return makeDecision(p.capacity, k.fleetRemaining.Load()+k.allowance(), retry, reset, false), nil
 }
 
 // retryAfter is how long until the next regular sync brings a new lease.
@@ -316,14 +281,17 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 	if len(key) > l.cfg.MaxKeyLen {
 		return l.errDecision(ErrKeyTooLong), ErrKeyTooLong
 	}
-	pol := l.resolve(key)
+	t := l.policies()
+	pol := l.resolve(t, key)
 	if pol == nil {
 		return l.errDecision(ErrNoPolicy), ErrNoPolicy
 	}
 	if l.nkeys.Load() >= int64(l.cfg.MaxKeys) && !l.makeRoom() {
 		return l.errDecision(ErrTooManyKeys), ErrTooManyKeys
 	}
-	k := &keyState{key: key, pol: pol}
+	k := &keyState{key: key}
+	k.pol.Store(pol)
+	k.gen.Store(t.gen)
 	if pol.Mode != Strict {
 		k.until.Store(math.MaxInt64) // Strict: 0, the store is called (see strictCut)
 	}
@@ -381,21 +349,6 @@ func (l *Limiter) errDecision(err error) Decision {
 	return refusedDecision(local.Never)
 }
 
-// resolve finds key's policy.
-func (l *Limiter) resolve(key string) *policy {
-	if l.cfg.Resolve != nil {
-		if name := l.cfg.Resolve(key); name != "" {
-			return l.byName[name]
-		}
-	}
-	for _, p := range l.policies {
-		if strings.HasPrefix(key, p.Prefix) {
-			return p
-		}
-	}
-	return nil
-}
-
 // askEarly asks the sync loop for an early sync of k, without waiting.
 func (l *Limiter) askEarly(k *keyState) {
 	if k.early.Load() || !k.early.CompareAndSwap(false, true) {
@@ -419,8 +372,8 @@ func (l *Limiter) earlyWanted() bool { return len(l.early) > 0 }
 // policies hold included.
 func (l *Limiter) Len() int {
 	n := int(l.nkeys.Load())
-	if l.localFirst {
-		for _, p := range l.policies {
+	if t := l.policies(); t.localFirst {
+		for _, p := range t.list {
 			if p.Mode == Local {
 				n += p.local.Len()
 			}

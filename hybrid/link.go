@@ -157,7 +157,7 @@ func (l *Limiter) call(ctx context.Context, f *link, i int, batch []*keyState, m
 	}
 	req := l.request(f)
 	for j, k := range batch {
-		u := fleet.Usage{Key: k.key, Limit: k.pol.limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested, Paced: k.paced()}
+		u := fleet.Usage{Key: k.key, Limit: k.policy().limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested, Paced: k.paced()}
 		u.Series, u.Total = k.seriesOf(l.syncs.rng, marks[j].s0)
 		req.Keys = append(req.Keys, u)
 	}
@@ -245,3 +245,17 @@ func (l *Limiter) Health() partition.Health {
 	out.KeyError = l.lastKeyError()
 	return out
 }
+
+// anyClosed reports whether some fleet's breaker is closed: an early sync
+// calls no other.
+func (l *Limiter) anyClosed() bool {
+	for _, f := range l.fleets {
+		if f.closed.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// wall converts the Limiter's time to a wall time, for the breakers.
+func (l *Limiter) wall(t int64) time.Time { return l.epoch.Add(time.Duration(t)) }

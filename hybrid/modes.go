@@ -35,7 +35,7 @@ func (l *Limiter) AllowNContext(ctx context.Context, key string, n int) (Decisio
 	if err != nil {
 		return l.errDecision(err), err
 	}
-	if k.pol.Mode != Strict {
+	if k.policy().Mode != Strict {
 		return l.decide(k, noTime, int64(n))
 	}
 	return l.decideOther(ctx, k, noTime, int64(n))
@@ -64,11 +64,12 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 	if !k.touched.Load() {
 		k.touched.Store(true)
 	}
-	if k.pol.Mode == Local {
-		return l.allowLocal(k.pol, k.key, now, n)
+	p := k.policy()
+	if p.Mode == Local {
+		return l.allowLocal(p, k.key, now, n)
 	}
 	if n <= 0 {
-		return makeDecision(k.pol.capacity, 0, 0, 0, false), nil
+		return makeDecision(p.capacity, 0, 0, 0, false), nil
 	}
 	f := l.fleets[0]
 	if !f.closed.Load() || l.closed.Load() {
@@ -96,7 +97,7 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 		// Not split, or the split this node knows of is due to be
 		// confirmed: the key itself answers with the fleet's mark if it
 		// stands.
-		g, err = l.strict.Allow(ctx, k.key, k.pol.limit, n)
+		g, err = l.strict.Allow(ctx, k.key, p.limit, n)
 		switch {
 		case err == nil && g.Shards > 0:
 			g, err = l.decideSharded(ctx, k, k.adopt(g, l.now(), l.cfg.Interval), n)
@@ -131,9 +132,9 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 		k.resetFallback()
 		l.keyAnswered(k)
 		if n > 0 && g.Allowed {
-			k.pol.counts.admitted.Add(n)
+			p.counts.admitted.Add(n)
 		} else if n > 0 {
-			k.pol.counts.refused.Add(uint64(n))
+			p.counts.refused.Add(uint64(n))
 			k.refused.Add(uint64(n)) // for the most-refused keys (noteRefused)
 		}
 		var retry time.Duration
@@ -146,7 +147,7 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 			// scripts give, but a refusal all the same.
 			retry = l.retryAfter(now)
 		}
-		return makeDecision(k.pol.capacity, max(0, g.Remaining), retry, max(0, g.ResetAfter), false), nil
+		return makeDecision(p.capacity, max(0, g.Remaining), retry, max(0, g.ResetAfter), false), nil
 	case errors.Is(err, fleet.ErrInvalid) || errors.Is(err, fleet.ErrCorrupt):
 		// The store answered but not for this key: it follows the
 		// FailMode like an outage, and Health counts it.
@@ -191,10 +192,11 @@ func (l *Limiter) strictCut(f *link, k *keyState, now int64, err error) bool {
 // mostly in the second lookup's cache misses). The prefix scan costs a
 // Hybrid key a few nanoseconds, and only when some policy is Local.
 func (l *Limiter) localPolicy(key string) *policy {
-	if !l.localFirst {
+	t := l.policies()
+	if !t.localFirst {
 		return nil
 	}
-	for _, p := range l.policies {
+	for _, p := range t.list {
 		if strings.HasPrefix(key, p.Prefix) {
 			if p.Mode == Local {
 				return p

@@ -158,10 +158,10 @@ type Policy struct {
 	OnUnreachable FailMode
 }
 
-// checkPolicy validates p, the i'th policy, naming the field at fault, and
+// checkPolicy validates p, the policy at ("hybrid: Config.Policies[i]"),
+// naming the field at fault, and
 // returns its fleet-wide limit.
-func checkPolicy(i int, p *Policy, syncer fleet.Syncer) (fleet.Limit, error) {
-	at := fmt.Sprintf("hybrid: Config.Policies[%d]", i)
+func checkPolicy(at string, p *Policy, syncer fleet.Syncer) (fleet.Limit, error) {
 	if p.Name != "" {
 		at += fmt.Sprintf(" (%q)", p.Name)
 	}

@@ -115,7 +115,7 @@ func (k *keyState) adopt(g store.Decision, now int64, interval time.Duration) *s
 	if set := k.shards.Load(); set != nil && len(set.keys) == g.Shards {
 		return set
 	}
-	set := newShardSet(k.key, k.pol.limit, g.Shards)
+	set := newShardSet(k.key, k.policy().limit, g.Shards)
 	k.shards.Store(set)
 	return set
 }
@@ -183,11 +183,11 @@ func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 			continue
 		}
 		k := v.(*keyState)
-		if k.pol.Mode != Strict {
+		if k.policy().Mode != Strict {
 			continue
 		}
 		set := k.shards.Load()
-		if set == nil && !divisible(k.pol.limit, l.cfg.HotKeyShards) {
+		if set == nil && !divisible(k.policy().limit, l.cfg.HotKeyShards) {
 			continue
 		}
 		// What the key, or the shards it was on, had spent, read before
@@ -195,7 +195,7 @@ func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 		var spent int64
 		if set == nil {
 			if d, err := l.peek(ctx, k); err == nil && d.Shards == 0 {
-				spent = max(0, k.pol.capacity-d.Remaining)
+				spent = max(0, k.policy().capacity-d.Remaining)
 			}
 		} else {
 			spent = set.used(now)
@@ -216,7 +216,7 @@ func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 			// A new split, or the fleet's mark has another count (it was
 			// lost and set again by a node with other settings): the new
 			// shards are charged before requests are sent to them.
-			set = newShardSet(k.key, k.pol.limit, n)
+			set = newShardSet(k.key, k.policy().limit, n)
 			l.chargeShards(ctx, k.key, set, spent)
 			k.shards.Store(set)
 		}
@@ -230,14 +230,14 @@ func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 func (l *Limiter) peek(ctx context.Context, k *keyState) (store.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
 	defer cancel()
-	return l.strict.Allow(ctx, k.key, k.pol.limit, 0)
+	return l.strict.Allow(ctx, k.key, k.policy().limit, 0)
 }
 
 // chargeKey charges k's own Redis key with at least used spent.
 func (l *Limiter) chargeKey(ctx context.Context, k *keyState, used int64) {
-	if used = min(used, k.pol.capacity); used > 0 {
+	if used = min(used, k.policy().capacity); used > 0 {
 		ctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
-		_ = l.dir.ChargeAtLeast(ctx, k.key, k.pol.limit, used)
+		_ = l.dir.ChargeAtLeast(ctx, k.key, k.policy().limit, used)
 		cancel()
 	}
 }

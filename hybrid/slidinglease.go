@@ -148,7 +148,7 @@ func (k *keyState) grantPaced(raw uint32, lease, paced int64, pacedFor time.Dura
 // stripes, and a key leased from shards sums several stores' grants;
 // both take unpaced leases).
 func (k *keyState) paced() bool {
-	return k.pol.limit.Algorithm == local.SlidingWindow && k.stripes.Load() == nil && k.lshards == nil
+	return k.policy().limit.Algorithm == local.SlidingWindow && k.stripes.Load() == nil && k.lshards == nil
 }
 
 // endPace drops from k's word what its pace has not released by now, and
@@ -178,7 +178,7 @@ func (k *keyState) endPace(now int64) {
 // ladder cuts the lease (cut) or the node is closing; never more than a
 // word holds.
 func (k *keyState) pacedOf(g *fleet.Grant, lease int64, cut bool) int64 {
-	if cut || !k.pol.paced || k.stripes.Load() != nil || g.PacedFor <= 0 {
+	if cut || !k.policy().paced || k.stripes.Load() != nil || g.PacedFor <= 0 {
 		return 0
 	}
 	return max(0, min(g.Paced, maxAllowance-lease))

@@ -14,7 +14,9 @@ import (
 
 // pacedKey is a Hybrid sliding window key, as the hot path sees it.
 func pacedKey() *keyState {
-	return &keyState{pol: &policy{paced: true, limit: fleet.Limit{Algorithm: local.SlidingWindow, Limit: 1000, Window: time.Second}}}
+	k := &keyState{}
+	k.pol.Store(&policy{paced: true, limit: fleet.Limit{Algorithm: local.SlidingWindow, Limit: 1000, Window: time.Second}})
+	return k
 }
 
 // takeAll takes one at a time at now until the key refuses, and returns

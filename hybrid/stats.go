@@ -102,13 +102,13 @@ func (k *keyState) countFailed(n int64, admitted bool) {
 	if n <= 0 {
 		return
 	}
-	c := &k.pol.counts
+	c := k.policy().counts
 	if !admitted {
 		c.refused.Add(uint64(n))
 		return
 	}
 	c.degraded.Add(uint64(n))
-	if k.pol.Mode == Strict {
+	if k.policy().Mode == Strict {
 		c.admitted.Add(n)
 	}
 }
@@ -117,7 +117,7 @@ func (k *keyState) countFailed(n int64, admitted bool) {
 // at any time, and costs the requests nothing.
 func (l *Limiter) Stats() Stats {
 	var s Stats
-	for _, p := range l.policies {
+	for _, p := range l.policies().list {
 		s.Policies = append(s.Policies, PolicyStats{Name: p.Name, Mode: p.Mode,
 			Admitted: uint64(max(0, p.counts.admitted.Load())), Refused: p.counts.refused.Load(), Degraded: p.counts.degraded.Load()})
 	}

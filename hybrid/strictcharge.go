@@ -42,7 +42,8 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 		k.forgetStale(0) // collect rolled its marks
 	}
 	f := l.fleets[0]
-	if len(owed) == 0 && (synced || l.strictP == nil || f.closed.Load() && !l.unsure.Swap(false)) {
+	strictP := l.policies().strictP
+	if len(owed) == 0 && (synced || strictP == nil || f.closed.Load() && !l.unsure.Swap(false)) {
 		return
 	}
 	if !f.allow(l.wall(now), true) {
@@ -50,9 +51,9 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 	}
 	sent := l.wall(l.now())
 	if len(owed) == 0 {
-		key, limit := "", l.strictP.limit
+		key, limit := "", strictP.limit
 		if probe != nil {
-			key, limit = probe.key, probe.pol.limit
+			key, limit = probe.key, probe.policy().limit
 		}
 		cctx, cancel := context.WithTimeout(ctx, l.cfg.StrictTimeout)
 		_, err := l.strict.Allow(cctx, key, limit, 0)
@@ -84,7 +85,7 @@ func (l *Limiter) chargeStrict(ctx context.Context, now int64, owed []*keyState,
 			}
 			continue
 		}
-		s.charges = append(s.charges, store.StrictCharge{Key: k.key, Limit: k.pol.limit, N: n})
+		s.charges = append(s.charges, store.StrictCharge{Key: k.key, Limit: k.policy().limit, N: n})
 		s.chargeOf = append(s.chargeOf, i)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)

@@ -103,13 +103,19 @@ func (l *Limiter) collect(now int64) []*keyState {
 		s.lastSweep = now
 	}
 	s.batch, s.owed, s.probe = s.batch[:0], s.owed[:0], nil
+	t := l.policies()
 	l.keys.Range(func(_, v any) bool {
 		k := v.(*keyState)
-		if k.pol.Mode == Hybrid {
+		if k.gen.Load() != t.gen {
+			if l.rehome(k, t, now); k.retired.Load() {
+				return true
+			}
+		}
+		if k.policy().Mode == Hybrid {
 			s.batch = append(s.batch, k)
 			return true
 		}
-		if k.pol.Mode == Strict {
+		if k.policy().Mode == Strict {
 			if r := k.refused.Load(); r != k.refusedSeen {
 				l.noteRefused(k.key, r-k.refusedSeen) // the store's refusals (decideOther)
 				k.refusedSeen = r
@@ -229,20 +235,6 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 	return nil
 }
 
-// anyClosed reports whether some fleet's breaker is closed: an early sync
-// calls no other.
-func (l *Limiter) anyClosed() bool {
-	for _, f := range l.fleets {
-		if f.closed.Load() {
-			return true
-		}
-	}
-	return false
-}
-
-// wall converts the Limiter's time to a wall time, for the breakers.
-func (l *Limiter) wall(t int64) time.Time { return l.epoch.Add(time.Duration(t)) }
-
 // settle installs one key's grant, capped by factor: the ladder's, when
 // the grant comes from one side of a split. now is when it arrived, sent
 // when its call was sent.
@@ -277,7 +269,7 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 		// spend until the next sync is factor x its weight of the rate,
 		// for the time since the last one. The fraction of a token
 		// carries over, so small shares are not rounded away.
-		c := factor*g.Weight*k.pol.perSec*float64(elapsed)/1e9 + k.carry
+		c := factor*g.Weight*k.policy().perSec*float64(elapsed)/1e9 + k.carry
 		if whole := int64(c); whole < lease {
 			lease, k.carry = whole, min(c-float64(whole), 1)
 		}
@@ -302,10 +294,10 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	paced := k.pacedOf(g, lease, factor < 1 || closing)
 	whole := lease + paced
 	low := int64(0)
-	if !closing && !k.capped && whole > 0 && (whole >= k.requested || l.cfg.Interval >= k.pol.Window) {
+	if !closing && !k.capped && whole > 0 && (whole >= k.requested || l.cfg.Interval >= k.policy().Window) {
 		low = l.lowWater(k, whole)
 	}
-	if k.pol.paced && k.stripes.Load() == nil {
+	if k.policy().paced && k.stripes.Load() == nil {
 		k.grantPaced(m.raw, lease, paced, g.PacedFor, now, low)
 	} else {
 		k.grant(m.raw, lease, low)
@@ -325,10 +317,12 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	l.syncs.leased = max(l.syncs.leased, int64(g.Nodes))
 	k.fleetRemaining.Store(g.Remaining)
 	k.resetAt.Store(now + int64(g.ResetAfter))
-	k.until.Store(l.leaseEdge(k.pol, sent, whole, g))
+	k.until.Store(l.leaseEdge(k.policy(), sent, whole, g))
 	k.resetFallback()
 	if !closing && k.idle && lease == 0 && k.spent() == m.s0 && k.allReported(len(l.fleets), m.s0) {
 		l.forget(k)
+	} else if k.leaving && !closing {
+		l.askEarly(k) // to report what it spent since, and go
 	}
 }
 
@@ -414,8 +408,8 @@ func (l *Limiter) earlyGap() int64 { return int64(min(l.cfg.Interval/4, 10*time.
 // whose lease was cut short of its demand (the key is at its limit, and
 // syncing more often would only load the fleet). Sync loop only.
 func (l *Limiter) gapOf(k *keyState) int64 {
-	if l.cfg.Interval >= k.pol.Window && k.lease < k.requested {
-		return max(l.earlyGap(), int64(k.pol.Window/4))
+	if l.cfg.Interval >= k.policy().Window && k.lease < k.requested {
+		return max(l.earlyGap(), int64(k.policy().Window/4))
 	}
 	return l.earlyGap()
 }

@@ -88,7 +88,7 @@ func (l *Limiter) taken(k *keyState, n int) (*Reservation, error) {
 		return refusedReservation(d), err
 	}
 	r := &Reservation{d: d}
-	if d.Allowed() && k.pol.Mode == Hybrid && !d.Degraded() && n > 0 {
+	if d.Allowed() && k.policy().Mode == Hybrid && !d.Degraded() && n > 0 {
 		r.k, r.n = k, int64(n)
 	}
 	return r, nil

@@ -20,7 +20,7 @@ func (l *Limiter) lookup(key string) (*policy, *keyState, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return k.pol, k, nil
+	return k.policy(), k, nil
 }
 
 // state returns key's state, resolving a key seen for the first time.
@@ -50,8 +50,8 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return localErr(p.local.WaitN(ctx, key, n))
 		}
 		v, ok := l.keys.Load(key)
-		if ok && v.(*keyState).pol.Mode == Local {
-			return localErr(v.(*keyState).pol.local.WaitN(ctx, key, n))
+		if ok && v.(*keyState).policy().Mode == Local {
+			return localErr(v.(*keyState).policy().local.WaitN(ctx, key, n))
 		}
 		d, err := l.AllowNContext(ctx, key, n)
 		if err != nil {

@@ -1,0 +1,251 @@
+package hybrid_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// TestSetPoliciesRefusesBadSets: a set with a fault is refused whole,
+// with an error that wraps ErrInvalidConfig and names the policy and
+// field, and the policies in force stay.
+func TestSetPoliciesRefusesBadSets(t *testing.T) {
+	t.Parallel()
+	good := hybrid.Policy{Name: "api", Mode: hybrid.Local, Limit: 5, Window: time.Hour}
+	tests := []struct {
+		name string
+		set  []hybrid.Policy
+		want string
+	}{
+		{"empty", nil, "SetPolicies is empty"},
+		{"twice", []hybrid.Policy{good, good}, `SetPolicies[1]: Name "api" is used twice`},
+		{"no name", []hybrid.Policy{good, {Mode: hybrid.Local, Limit: 1, Window: time.Second}}, "SetPolicies[1]: Name is empty"},
+		{"negative limit", []hybrid.Policy{{Name: "api", Mode: hybrid.Local, Limit: -1, Window: time.Second}}, `SetPolicies[0] ("api"): Limit is -1`},
+		{"zero window", []hybrid.Policy{{Name: "api", Mode: hybrid.Local, Limit: 1}}, "Window is 0s"},
+		{"unknown mode", []hybrid.Policy{{Name: "api", Mode: 7, Limit: 1, Window: time.Second}}, "Mode 7 is not a known mode"},
+		{"hybrid without a fleet", []hybrid.Policy{{Name: "api", Limit: 1, Window: time.Second}}, "Mode hybrid needs Config.Syncer"},
+		{"negative burst", []hybrid.Policy{{Name: "api", Mode: hybrid.Local, Rate: 1, Burst: -5}}, "Burst is -5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l, err := hybrid.New(hybrid.Config{Policies: []hybrid.Policy{good}})
+			require.NoError(t, err)
+			defer l.Close()
+			for range 5 {
+				d, err := l.Allow("k")
+				require.NoError(t, err)
+				require.True(t, d.Allowed())
+			}
+			err = l.SetPolicies(tt.set)
+			require.ErrorIs(t, err, hybrid.ErrInvalidConfig)
+			assert.ErrorContains(t, err, tt.want)
+			assert.Equal(t, []hybrid.Policy{good}, l.Config().Policies, "the policies in force stay")
+			d, err := l.Allow("k")
+			require.NoError(t, err)
+			assert.False(t, d.Allowed(), "the key keeps its bucket")
+		})
+	}
+}
+
+// TestSetPoliciesResolvesNewKeys: new keys take the new policies at once,
+// by prefix; a policy removed leaves its keys to the prefixes that remain.
+func TestSetPoliciesResolvesNewKeys(t *testing.T) {
+	t.Parallel()
+	l, err := hybrid.New(hybrid.Config{Policies: []hybrid.Policy{
+		{Name: "free", Prefix: "free:", Mode: hybrid.Local, Limit: 2, Window: time.Hour},
+	}})
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.Allow("pro:1")
+	require.ErrorIs(t, err, hybrid.ErrNoPolicy)
+
+	require.NoError(t, l.SetPolicies([]hybrid.Policy{
+		{Name: "free", Prefix: "free:", Mode: hybrid.Local, Limit: 2, Window: time.Hour},
+		{Name: "pro", Prefix: "pro:", Mode: hybrid.Local, Limit: 4, Window: time.Hour},
+	}))
+	admitted, _ := offerN(t, l, "pro:1", 10)
+	assert.Equal(t, 4, admitted, "a new key takes the new policy")
+	admitted, _ = offerN(t, l, "free:1", 10)
+	assert.Equal(t, 2, admitted)
+	require.NoError(t, l.SetPolicies([]hybrid.Policy{{Name: "all", Mode: hybrid.Local, Limit: 3, Window: time.Hour}}))
+	admitted, _ = offerN(t, l, "free:2", 10)
+	assert.Equal(t, 3, admitted, "free: is gone; the default takes its keys")
+}
+
+// TestSetPoliciesKeepsSpent: a key that spent 100 of a 100-token bucket
+// (refilled at 10 a second) moves to a 200-token bucket at its next sync
+// with its 100 still spent: about 100 more are admitted, not a fresh 200.
+// Lowered back to 100, what it spent holds: nothing more. Real Redis.
+func TestSetPoliciesKeepsSpent(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	small := hybrid.Policy{Name: "api", Limit: 100, Window: 10 * time.Second}
+	big := hybrid.Policy{Name: "api", Limit: 200, Window: 10 * time.Second}
+	l, clk := manual(t, hybrid.Config{Syncer: redisSyncer(t, s), Policies: []hybrid.Policy{small}})
+	ctx := context.Background()
+	spend := func() int {
+		n := 0
+		for range 10 {
+			require.NoError(t, l.SyncOnce(ctx))
+			got, _ := offerN(t, l, "k", 300)
+			n += got
+			clk.Advance(time.Millisecond)
+		}
+		return n
+	}
+	first := spend()
+	require.InDelta(t, 100, first, 2, "the first bucket")
+
+	require.NoError(t, l.SetPolicies([]hybrid.Policy{big}))
+	more := spend()
+	// Redis's clock runs on while the test does: a few tokens refill.
+	t.Logf("spent %d of 100, then %d more under a limit of 200", first, more)
+	assert.InDelta(t, 100, more, 5, "the new limit applies to what was spent: not a fresh bucket")
+
+	require.NoError(t, l.SetPolicies([]hybrid.Policy{small}))
+	assert.LessOrEqual(t, spend(), 3, "lowered below what was spent: nothing more")
+	assert.Equal(t, []hybrid.Policy{small}, l.Config().Policies)
+}
+
+// TestInvalidateMovesATier: Resolve names a key's tier; after the tier
+// changes and Invalidate, the key moves to the new tier's policy at its
+// next sync, keeping what it spent. Real Redis.
+func TestInvalidateMovesATier(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	var tier = map[string]string{"acme": "free"}
+	l, clk := manual(t, hybrid.Config{
+		Syncer: redisSyncer(t, s),
+		Policies: []hybrid.Policy{
+			{Name: "free", Limit: 10, Window: time.Hour},
+			{Name: "pro", Limit: 100, Window: time.Hour},
+		},
+		// Read by the sync loop and by new keys' first decisions: the
+		// test changes tier only while neither runs.
+		Resolve: func(key string) string { return tier[key] },
+	})
+	ctx := context.Background()
+	spend := func() int {
+		n := 0
+		for range 5 {
+			require.NoError(t, l.SyncOnce(ctx))
+			got, _ := offerN(t, l, "acme", 200)
+			n += got
+			clk.Advance(time.Millisecond)
+		}
+		return n
+	}
+	assert.Equal(t, 10, spend(), "free")
+	tier["acme"] = "pro"
+	assert.Equal(t, 0, spend(), "not yet told")
+	l.Invalidate("acme")
+	assert.Equal(t, 90, spend(), "pro, less the 10 spent as free")
+}
+
+// TestPolicyOfAnotherKind: a key whose policy changes Mode is handed back
+// and forgotten, and its next request starts it under the new policy; a
+// key whose policy is removed with no default left gets ErrNoPolicy.
+func TestPolicyOfAnotherKind(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	hyb := hybrid.Policy{Name: "api", Limit: 100, Window: time.Hour}
+	l, clk := manual(t, hybrid.Config{Syncer: redisSyncer(t, s), Policies: []hybrid.Policy{hyb}})
+	ctx := context.Background()
+	for range 3 {
+		require.NoError(t, l.SyncOnce(ctx))
+		offerN(t, l, "k", 100)
+		clk.Advance(time.Millisecond)
+	}
+	require.Equal(t, 1, l.Len())
+	require.NoError(t, l.SetPolicies([]hybrid.Policy{{Name: "api", Mode: hybrid.Local, Limit: 7, Window: time.Hour}}))
+	for range 3 {
+		require.NoError(t, l.SyncOnce(ctx))
+		clk.Advance(10 * time.Millisecond)
+	}
+	admitted, _ := offerN(t, l, "k", 20)
+	assert.Equal(t, 7, admitted, "decided by the Local policy")
+	assert.Equal(t, 1, l.Len(), "the Hybrid state is forgotten")
+
+	require.NoError(t, l.SetPolicies([]hybrid.Policy{{Name: "other", Prefix: "x:", Limit: 5, Window: time.Second}}))
+	_, err := l.Allow("k")
+	require.ErrorIs(t, err, hybrid.ErrNoPolicy)
+}
+
+// TestSetPoliciesOnARunningFleet: four nodes on a real Redis, offered
+// twice a limit of 1,000/s; the limit is lowered to 400/s on every node
+// at 1.5 s, and raised to 1,600/s at 4 s. An ideal single limiter fed
+// the same arrivals is changed at the same times, keeping what it spent
+// (local.Limiter.SetLimitAt). Every node applies each change within an
+// Interval: no second after the lowering admits more than 400 and 1%,
+// and the second after the raising admits within 10% of the ideal.
+func TestSetPoliciesOnARunningFleet(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	p := hybrid.Policy{Name: "api", Limit: 1000, Window: time.Second}
+	nodes := redisFleet(t, s, 4, fleet.DemandWeighted, p)
+	set := func(limit int64) {
+		q := p
+		q.Limit = limit
+		for _, l := range nodes {
+			assert.NoError(t, l.SetPolicies([]hybrid.Policy{q}))
+		}
+	}
+	const lower, raise, end = 1500 * time.Millisecond, 4 * time.Second, 6 * time.Second
+	var lowered, raised time.Duration
+	run := fleettest.DriveUntil(t, nodes, "k", []float64{500, 500, 500, 500}, func(now time.Duration) bool {
+		switch {
+		case lowered == 0 && now >= lower:
+			set(400)
+			lowered = now
+		case raised == 0 && now >= raise:
+			set(1600)
+			raised = now
+		}
+		return now >= end
+	})
+
+	ideal, err := local.New(local.Config{Limit: p.Limit, Window: p.Window, Clock: clock.NewManual(run.Start)})
+	require.NoError(t, err)
+	arrivals := slices.Sorted(slices.Values(run.Offered))
+	var admitted []int64
+	changes := []struct {
+		at    time.Duration
+		limit int64
+	}{{lowered, 400}, {raised, 1600}}
+	for _, at := range arrivals {
+		for len(changes) > 0 && at >= int64(changes[0].at) {
+			require.NoError(t, ideal.SetLimitAt("k", run.Start.Add(changes[0].at), changes[0].limit, changes[0].limit))
+			changes = changes[1:]
+		}
+		d, err := ideal.AllowNAt("k", run.Start.Add(time.Duration(at)), 1)
+		require.NoError(t, err)
+		if d.Allowed() {
+			admitted = append(admitted, at)
+		}
+	}
+	idealRun := &fleettest.Run{Start: run.Start, Admitted: admitted, ByNode: [][]int64{admitted}}
+
+	worstLow, idealLow := 0, 0
+	for from := lowered; from+time.Second <= raised; from += 50 * time.Millisecond {
+		worstLow = max(worstLow, run.AdmittedBetween(from, from+time.Second))
+		idealLow = max(idealLow, idealRun.AdmittedBetween(from, from+time.Second))
+	}
+	from := raised + 200*time.Millisecond
+	high, want := run.AdmittedBetween(from, from+time.Second), idealRun.AdmittedBetween(from, from+time.Second)
+	t.Logf("lowered to 400/s at %v: busiest second after %d (ideal %d); raised to 1600/s at %v: the second from %v %d (ideal %d)",
+		lowered, worstLow, idealLow, raised, from, high, want)
+	assert.LessOrEqual(t, worstLow, 404, "a lower limit holds from the change")
+	assert.InDelta(t, want, high, 0.1*float64(want), "a higher limit is used within an interval")
+}
