@@ -65,6 +65,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzCosts -fuzztime 60s ./hybrid/
 	$(GO) test -run '^$$' -fuzz FuzzReplies -fuzztime 60s ./global/
 	$(GO) test -run '^$$' -fuzz FuzzShardNames -fuzztime 60s ./global/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./rules/
 	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 60s ./httplimit/
 	$(GO) test -run '^$$' -fuzz FuzzUnmarshalText -fuzztime 60s ./internal/enumtext/
 

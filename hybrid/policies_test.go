@@ -249,3 +249,30 @@ func TestSetPoliciesOnARunningFleet(t *testing.T) {
 	assert.LessOrEqual(t, worstLow, 404, "a lower limit holds from the change")
 	assert.InDelta(t, want, high, 0.1*float64(want), "a higher limit is used within an interval")
 }
+
+// TestPolicyValidate: Validate checks a policy's own fields as New does,
+// but not what a Limiter's Syncer must serve.
+func TestPolicyValidate(t *testing.T) {
+	t.Parallel()
+	for _, p := range []hybrid.Policy{
+		{Name: "h", Limit: 1, Window: time.Second},
+		{Name: "s", Mode: hybrid.Strict, Algorithm: local.SlidingWindow, Limit: 1, Window: time.Second},
+		{Name: "l", Mode: hybrid.Local, Algorithm: local.SlidingLog, Limit: 1, Window: time.Nanosecond},
+		{Name: "r", Rate: 0.5, Burst: 1},
+	} {
+		assert.NoError(t, p.Validate(), p.Name)
+	}
+	for _, tt := range []struct {
+		p    hybrid.Policy
+		want string
+	}{
+		{hybrid.Policy{Limit: 1, Window: time.Second}, "hybrid: Policy: Name is empty"},
+		{hybrid.Policy{Name: "h", Window: time.Second}, `hybrid: Policy ("h"): Limit is 0`},
+		{hybrid.Policy{Name: "h", Algorithm: local.SlidingLog, Limit: 1, Window: time.Second}, "is local only"},
+		{hybrid.Policy{Name: "h", Limit: 1 << 40, Window: time.Second}, "capacity is at most 2147483647"},
+	} {
+		err := tt.p.Validate()
+		require.ErrorIs(t, err, hybrid.ErrInvalidConfig)
+		assert.ErrorContains(t, err, tt.want)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 	"github.com/hybridlimit/hybridlimit/internal/enumtext"
 	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -158,10 +159,38 @@ type Policy struct {
 	OnUnreachable FailMode
 }
 
+// Validate reports the first field of p that is out of range, as New and
+// SetPolicies would; what it cannot tell alone is whether a Limiter's
+// Syncer serves p's Mode (Hybrid and Strict need one, Strict one that
+// decides single requests). The error wraps ErrInvalidConfig.
+func (p Policy) Validate() error {
+	if _, err := checkFields("hybrid: Policy", &p); err != nil {
+		return cfgerr.Wrap(ErrInvalidConfig, err)
+	}
+	return nil
+}
+
 // checkPolicy validates p, the policy at ("hybrid: Config.Policies[i]"),
-// naming the field at fault, and
-// returns its fleet-wide limit.
+// naming the field at fault, and returns its fleet-wide limit.
 func checkPolicy(at string, p *Policy, syncer fleet.Syncer) (fleet.Limit, error) {
+	lim, err := checkFields(at, p)
+	if err != nil || p.Mode == Local {
+		return lim, err
+	}
+	if p.Name != "" {
+		at += fmt.Sprintf(" (%q)", p.Name)
+	}
+	if syncer == nil {
+		return fleet.Limit{}, fmt.Errorf("%s: Mode %v needs Config.Syncer", at, p.Mode)
+	}
+	if _, ok := store.Of(syncer).(store.StrictDecider); p.Mode == Strict && !ok {
+		return fleet.Limit{}, fmt.Errorf("%s: Mode Strict needs a Config.Syncer that decides single requests, as global.Redis does; %T does not", at, syncer)
+	}
+	return lim, nil
+}
+
+// checkFields is checkPolicy but for p's needs of the Syncer.
+func checkFields(at string, p *Policy) (fleet.Limit, error) {
 	if p.Name != "" {
 		at += fmt.Sprintf(" (%q)", p.Name)
 	}
@@ -220,12 +249,6 @@ func checkPolicy(at string, p *Policy, syncer fleet.Syncer) (fleet.Limit, error)
 	}
 	if p.Burst > maxAllowance {
 		return fleet.Limit{}, fmt.Errorf("%s: %s is %d; a %v policy's capacity is at most %d", at, burstField, p.Burst, p.Mode, int64(maxAllowance))
-	}
-	if syncer == nil {
-		return fleet.Limit{}, fmt.Errorf("%s: Mode %v needs Config.Syncer", at, p.Mode)
-	}
-	if _, ok := store.Of(syncer).(store.StrictDecider); p.Mode == Strict && !ok {
-		return fleet.Limit{}, fmt.Errorf("%s: Mode Strict needs a Config.Syncer that decides single requests, as global.Redis does; %T does not", at, syncer)
 	}
 	lim := fleet.Limit{Algorithm: p.Algorithm, Limit: p.Limit, Window: p.Window, Burst: p.Burst}
 	if err := lim.Validate(); err != nil {

@@ -33,6 +33,7 @@ func TestGossipOnlyLinksNoRedis(t *testing.T) {
 	for _, d := range deps {
 		assert.NotContains(t, d, "go-redis", "a gossip-only program links %s", d)
 		assert.NotEqual(t, module+"global", d, "a gossip-only program links the Redis fleet")
+		assert.NotContains(t, d, "yaml", "a program without rules files links %s", d)
 	}
 }
 
@@ -52,6 +53,7 @@ func TestArrowsPointDown(t *testing.T) {
 		"hybrid":    {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch", "internal/store", "internal/manual", "internal/decision", "internal/breaker", "internal/enumtext"},
 		"httplimit": {"hybrid", "fleet", "local", "partition", "internal/cfgerr", "internal/enumtext"},
 		"metrics":   {"hybrid", "fleet", "partition"},
+		"rules":     {"hybrid", "local"},
 	}
 	for _, h := range helpers {
 		allowed[h] = nil // production helpers import nothing of the module

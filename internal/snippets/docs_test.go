@@ -1,17 +1,22 @@
 package snippets
 
 import (
+	"context"
 	"log"
+	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 
+	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/metrics"
 	"github.com/hybridlimit/hybridlimit/partition"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // The snippets of docs/, each in a function that declares what it takes
@@ -61,4 +66,27 @@ func docsObservability(l *hybrid.Limiter) *prometheus.Registry {
 	return reg
 }
 
-var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability}
+// docs/policies.md, "Deciding with the rules"
+func docsRules(ctx context.Context, redisFleet *global.Redis, r *http.Request, apiKey, plan, clientIP string) {
+	set, err := rules.Load("/etc/hybridlimit/rules.yaml")
+	if err != nil {
+		log.Fatal(err) // the file, line and field at fault
+	}
+	limiter, err := hybrid.New(hybrid.Config{Syncer: redisFleet, Policies: set.Policies()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+	rl, err := rules.New(limiter, set)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go rl.Watch(ctx, "/etc/hybridlimit/rules.yaml", time.Second, slog.Default()) // until ctx ends
+
+	v, err := rl.Allow(rules.Request{Tenant: apiKey, Tier: plan, Endpoint: r.Method + " " + r.URL.Path, IP: clientIP})
+	if err == nil && !v.Allowed() {
+		log.Printf("refused by %s; retry in %v", v.Policy, v.RetryAfter()) // v.Policy: "api/free", "per-ip", ...
+	}
+}
+
+var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability, docsRules}

@@ -1,0 +1,129 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+)
+
+// Verdict is the outcome of a request checked against its rules: the
+// Decision of the rule that refused it, or, if every rule admitted it,
+// of the one with the least left.
+type Verdict struct {
+	hybrid.Decision
+	// Policy names the rule whose Decision it is ("rule", or
+	// "rule/tier"); empty if no rule applied, when the request is
+	// admitted.
+	Policy string
+}
+
+// Limiter decides requests against a Set's rules with a hybrid.Limiter.
+// It is safe for concurrent use; Apply replaces the rules while requests
+// flow.
+type Limiter struct {
+	l       *hybrid.Limiter
+	set     atomic.Pointer[Set]
+	applyMu sync.Mutex
+}
+
+// New returns a Limiter deciding with l against s, whose policies it
+// gives l (hybrid.Limiter.SetPolicies): they replace l's. l may have been
+// made with s.Policies(), or any others.
+func New(l *hybrid.Limiter, s *Set) (*Limiter, error) {
+	if l == nil || s == nil {
+		return nil, errors.New("rules: New needs a hybrid.Limiter and a Set")
+	}
+	r := &Limiter{l: l}
+	if err := l.SetPolicies(s.Policies()); err != nil {
+		return nil, fmt.Errorf("rules: %s: %w", s.file, err)
+	}
+	r.set.Store(s)
+	return r, nil
+}
+
+// Rules returns the Set in force.
+func (r *Limiter) Rules() *Set { return r.set.Load() }
+
+// Apply replaces the rules with s. The hybrid.Limiter's policies change
+// as SetPolicies changes them: keys in use keep what they have spent. A
+// request decided during the change is decided by the old rules or the
+// new, never refused for a policy that is neither: the policies of both
+// are in force while the rules are swapped. On an error (a policy the
+// hybrid.Limiter refuses, as a Strict rule without a Redis fleet)
+// nothing changes.
+func (r *Limiter) Apply(s *Set) error {
+	if s == nil {
+		return errors.New("rules: Apply needs a Set")
+	}
+	r.applyMu.Lock()
+	defer r.applyMu.Unlock()
+	old := r.set.Load()
+	both := s.Policies()
+	for _, p := range old.policies {
+		if !slices.ContainsFunc(both, func(q hybrid.Policy) bool { return q.Name == p.Name }) {
+			both = append(both, p)
+		}
+	}
+	if err := r.l.SetPolicies(both); err != nil {
+		return fmt.Errorf("rules: %s: %w", s.file, err)
+	}
+	r.set.Store(s)
+	return r.l.SetPolicies(s.Policies()) // a subset of both: valid
+}
+
+// Allow is AllowN(req, 1).
+func (r *Limiter) Allow(req Request) (Verdict, error) { return r.AllowN(req, 1) }
+
+// AllowN checks n requests like req against every rule that applies to
+// it, and takes them from all or none: a refusal by one rule gives back
+// what the rules before it took (hybrid.Reservation.Cancel). Rules whose
+// decisions cannot be given back (Strict, and Local windows and logs) are
+// decided last, so that a refusal by another takes nothing from them. An
+// error is the hybrid.Limiter's for a rule's key (too long, or too many
+// keys), naming the rule; nothing is taken then.
+func (r *Limiter) AllowN(req Request, n int) (Verdict, error) {
+	for {
+		s := r.set.Load()
+		v, err := r.allowN(s, &req, n)
+		if errors.Is(err, hybrid.ErrNoPolicy) && r.set.Load() != s {
+			// Decided by rules an Apply has since replaced, whose
+			// policies it has removed: nothing was taken.
+			continue
+		}
+		return v, err
+	}
+}
+
+func (r *Limiter) allowN(s *Set, req *Request, n int) (Verdict, error) {
+	var held [4]*hybrid.Reservation
+	taken := held[:0]
+	var v Verdict
+	matched := false
+	for _, ru := range s.rules {
+		key, policy, ok := ru.keyOf(req)
+		if !ok {
+			continue
+		}
+		res, err := r.l.TakeN(key, n)
+		d := res.Decision()
+		if err != nil || !d.Allowed() {
+			for _, t := range taken {
+				t.Cancel()
+			}
+			if err != nil {
+				err = fmt.Errorf("rules: rule %q: %w", policy, err)
+			}
+			return Verdict{Decision: d, Policy: policy}, err
+		}
+		taken = append(taken, res)
+		if !matched || d.Remaining() < v.Remaining() {
+			v = Verdict{Decision: d, Policy: policy}
+		}
+		matched = true
+	}
+	return v, nil
+}

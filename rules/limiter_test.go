@@ -1,0 +1,211 @@
+package rules_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/rules"
+)
+
+// newLimiter parses file and returns a Limiter deciding by its rules
+// (Local-mode rules: no fleet needed).
+func newLimiter(t *testing.T, file string) *rules.Limiter {
+	t.Helper()
+	s, err := rules.Parse("test.yaml", []byte(file))
+	require.NoError(t, err)
+	l, err := hybrid.New(hybrid.Config{Policies: s.Policies()})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	r, err := rules.New(l, s)
+	require.NoError(t, err)
+	return r
+}
+
+// admitted offers req n times and counts what was admitted.
+func admitted(t *testing.T, r *rules.Limiter, req rules.Request, n int) int {
+	t.Helper()
+	got := 0
+	for range n {
+		v, err := r.Allow(req)
+		require.NoError(t, err)
+		if v.Allowed() {
+			got++
+		}
+	}
+	return got
+}
+
+const tiered = `
+defaults: {mode: local, window: 1h}
+rules:
+  - name: per-ip
+    key: [ip]
+    limit: 3
+  - name: api
+    key: [tenant]
+    endpoints: ["/api/*", "POST /upload"]
+    default_tier: free
+    tiers:
+      free: {limit: 5}
+      pro:  {limit: 50}
+`
+
+// TestAllowRules: a request is limited by every rule that applies to it:
+// the tier picks the limit, endpoints pick the rules, and an empty part
+// leaves a rule out.
+func TestAllowRules(t *testing.T) {
+	t.Parallel()
+	r := newLimiter(t, tiered)
+	// Only per-ip applies off the API.
+	assert.Equal(t, 3, admitted(t, r, rules.Request{IP: "192.0.2.1", Tenant: "acme", Endpoint: "GET /health"}, 10))
+	// A free tenant from many addresses: its tier's 5.
+	for i := range 10 {
+		v, err := r.Allow(rules.Request{IP: string(rune('a' + i)), Tenant: "acme", Endpoint: "GET /api/users"})
+		require.NoError(t, err)
+		assert.Equal(t, i < 5, v.Allowed(), "request %d", i)
+		if !v.Allowed() {
+			assert.Equal(t, "api/free", v.Policy, "the refusing rule is named")
+		}
+	}
+	// An unknown tier takes the default; pro its own.
+	assert.Equal(t, 5, admitted(t, r, rules.Request{Tenant: "globex", Tier: "gold", Endpoint: "/api/x"}, 10), "no IP: per-ip is left out")
+	assert.Equal(t, 10, admitted(t, r, rules.Request{Tenant: "initech", Tier: "pro", Endpoint: "/api/x"}, 10))
+	// A method-qualified endpoint matches that method alone.
+	assert.Equal(t, 5, admitted(t, r, rules.Request{Tenant: "umbrella", Endpoint: "POST /upload"}, 10))
+	assert.Equal(t, 10, admitted(t, r, rules.Request{Tenant: "hooli", Endpoint: "PUT /upload"}, 10), "no rule applies")
+	v, err := r.Allow(rules.Request{Endpoint: "PUT /upload"})
+	require.NoError(t, err)
+	assert.True(t, v.Allowed())
+	assert.Empty(t, v.Policy, "no rule applied")
+}
+
+// TestAllowAllOrNothing: a refusal by one rule gives back what the others
+// took. A tenant refused by its address's limit keeps its own tokens.
+func TestAllowAllOrNothing(t *testing.T) {
+	t.Parallel()
+	r := newLimiter(t, tiered)
+	req := rules.Request{IP: "192.0.2.9", Tenant: "acme", Endpoint: "/api/a"}
+	assert.Equal(t, 3, admitted(t, r, req, 10), "per-ip refuses after 3")
+	req.IP = "192.0.2.10"
+	assert.Equal(t, 2, admitted(t, r, req, 10), "the tenant spent 3 of 5, not 10")
+}
+
+// TestKeyPartsDoNotCollide: parts are escaped, so that two requests whose
+// parts join alike are two keys.
+func TestKeyPartsDoNotCollide(t *testing.T) {
+	t.Parallel()
+	r := newLimiter(t, "rules:\n  - {name: r, mode: local, key: [tenant, endpoint], limit: 1, window: 1h}\n")
+	for _, req := range []rules.Request{
+		{Tenant: "a|b", Endpoint: "c"},
+		{Tenant: "a", Endpoint: "b|c"},
+		{Tenant: `a\`, Endpoint: "|c"},
+		{Tenant: `a\|`, Endpoint: "c"},
+	} {
+		assert.Equal(t, 1, admitted(t, r, req, 3), "%+v has a key of its own", req)
+	}
+}
+
+// TestApplyWhileRequestsFlow: rules renamed and changed while requests
+// flow: no request fails for a policy that is neither old nor new, and
+// the new limits hold once applied.
+func TestApplyWhileRequestsFlow(t *testing.T) {
+	t.Parallel()
+	r := newLimiter(t, "rules:\n  - {name: a, mode: local, key: [tenant], limit: 1000000, window: 1h}\n")
+	b, err := rules.Parse("b.yaml", []byte("rules:\n  - {name: b, mode: local, key: [tenant], limit: 1000000, window: 1h}\n"))
+	require.NoError(t, err)
+	a := r.Rules()
+	var stop atomic.Bool
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for !stop.Load() {
+				if _, err := r.Allow(rules.Request{Tenant: "t"}); err != nil {
+					failures.Add(1)
+				}
+			}
+		})
+	}
+	for i := range 200 {
+		next := a
+		if i%2 == 0 {
+			next = b
+		}
+		require.NoError(t, r.Apply(next))
+	}
+	stop.Store(true)
+	wg.Wait()
+	assert.Zero(t, failures.Load(), "requests failed during Apply")
+	assert.Same(t, a, r.Rules())
+}
+
+// TestWatch: a rules file changed on disk is applied; a broken one is
+// refused and logged with its line, the rules in force staying; Watch
+// stops with its context and leaves no goroutine.
+func TestWatch(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	write := func(s string) { require.NoError(t, os.WriteFile(path, []byte(s), 0o600)) }
+	write("rules:\n  - {name: a, mode: local, key: [tenant], limit: 2, window: 1h}\n")
+	s, err := rules.Load(path)
+	require.NoError(t, err)
+	l, err := hybrid.New(hybrid.Config{Policies: s.Policies()})
+	require.NoError(t, err)
+	defer l.Close()
+	r, err := rules.New(l, s)
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.Watch(ctx, path, 5*time.Millisecond, logger) }()
+	logged := func(s string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return bytes.Contains(logs.Bytes(), []byte(s))
+	}
+
+	write("rules:\n  - {name: a, mode: local, key: [tenant], limit: 4, window: 1h}\n")
+	require.Eventually(t, func() bool { return r.Rules().Policies()[0].Limit == 4 }, 5*time.Second, 5*time.Millisecond)
+	assert.True(t, logged("rules file applied"))
+
+	write("rules:\n  - {name: a, mode: local, key: [tenant], limit: -4, window: 1h}\n")
+	require.Eventually(t, func() bool { return logged("rules file refused") }, 5*time.Second, 5*time.Millisecond)
+	assert.True(t, logged("rules.yaml:2:5"), "the line is logged")
+	assert.Equal(t, int64(4), r.Rules().Policies()[0].Limit, "the rules in force stay")
+	assert.Equal(t, 4, admitted(t, r, rules.Request{Tenant: "t"}, 10))
+
+	require.NoError(t, os.Remove(path))
+	require.Eventually(t, func() bool { return logged("cannot read the rules file") }, 5*time.Second, 5*time.Millisecond)
+	write("rules:\n  - {name: b, mode: local, key: [tenant], limit: 1, window: 1h}\n")
+	require.Eventually(t, func() bool { return r.Rules().Policies()[0].Name == "b" }, 5*time.Second, 5*time.Millisecond)
+
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled)
+}
+
+// lockedWriter serialises writes to w, for a log read while written.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
