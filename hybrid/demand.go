@@ -22,7 +22,7 @@ func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 	first := k.spentSeen == 0 && k.refusedSeen == 0
 	offered := float64(m.s0-k.spentSeen) + float64(m.refused-k.refusedSeen)
 	k.policy().counts.admitted.Add(m.s0 - k.spentSeen)
-	k.policy().counts.refused.Add(m.refused - k.refusedSeen)
+	k.policy().countRefused(m.refused - k.refusedSeen)
 	l.noteRefused(k.key, m.refused-k.refusedSeen)
 	k.spentSeen, k.refusedSeen = m.s0, m.refused
 	dt := now - k.forecastAt

@@ -243,6 +243,11 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 
 // short decides a Hybrid request the lease cannot cover.
 func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
+	d, err := l.refuse(k, now, n)
+	return shadowed(k.policy(), d, n), err
+}
+
+func (l *Limiter) refuse(k *keyState, now, n int64) (Decision, error) {
 	if k.retired.Load() {
 		return l.allow(k.key, now, n)
 	}

@@ -61,6 +61,15 @@ func ended(ctx context.Context) error {
 // that ended is the caller's doing, not the fleet's: the Decision
 // refuses with parent's error, and no failure is counted.
 func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64) (Decision, error) {
+	d, err := l.decideStore(parent, k, now, n)
+	if err != nil {
+		return d, err
+	}
+	return shadowed(k.policy(), d, n), nil
+}
+
+// decideStore is decideOther but for Shadow policies.
+func (l *Limiter) decideStore(parent context.Context, k *keyState, now, n int64) (Decision, error) {
 	if !k.touched.Load() {
 		k.touched.Store(true)
 	}
@@ -134,7 +143,7 @@ func (l *Limiter) decideOther(parent context.Context, k *keyState, now, n int64)
 		if n > 0 && g.Allowed {
 			p.counts.admitted.Add(n)
 		} else if n > 0 {
-			p.counts.refused.Add(uint64(n))
+			p.countRefused(uint64(n))
 			k.refused.Add(uint64(n)) // for the most-refused keys (noteRefused)
 		}
 		var retry time.Duration
@@ -222,7 +231,7 @@ func (l *Limiter) allowLocal(p *policy, key string, now, n int64) (Decision, err
 	if err = localErr(err); err != nil {
 		return l.errDecision(err), err
 	}
-	return r, nil
+	return shadowed(p, r, n), nil
 }
 
 // localErr is err, from a Local policy's local.Limiter, as the Limiter

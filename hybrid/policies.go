@@ -33,7 +33,9 @@ import (
 //     handed back.
 //
 // A Local policy's keys live in its own local.Limiter: a Local policy
-// that changes gets a new one, and its keys start from full buckets.
+// whose limit (Algorithm, Limit, Window or Burst) changes gets a new one,
+// and its keys start from full buckets; one that changes otherwise
+// (Shadow, a fail mode) keeps its buckets.
 
 // policyTable is the policies in force, replaced whole by SetPolicies.
 type policyTable struct {
@@ -86,7 +88,10 @@ func (l *Limiter) newTable(ps []Policy, field string, prev *policyTable) (*polic
 			if p.Algorithm == local.TokenBucket {
 				pol.capacity = p.Burst
 			}
-			if p.Mode == Local || p.OnUnreachable == FailStatic {
+			if was != nil && was.local != nil && (p.Mode == Local || p.OnUnreachable == FailStatic) &&
+				was.Algorithm == p.Algorithm && was.Limit == p.Limit && was.Window == p.Window && was.Burst == p.Burst {
+				pol.local = was.local // the same buckets: Shadow, Mode or a fail mode changed
+			} else if p.Mode == Local || p.OnUnreachable == FailStatic {
 				pol.local, err = local.New(local.Config{
 					Algorithm: p.Algorithm, Limit: p.Limit, Window: p.Window, Burst: p.Burst,
 					MaxKeys: l.cfg.MaxKeys, MaxKeyLen: l.cfg.MaxKeyLen, Clock: l.cfg.Clock,

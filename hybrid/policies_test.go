@@ -276,3 +276,43 @@ func TestPolicyValidate(t *testing.T) {
 		assert.ErrorContains(t, err, tt.want)
 	}
 }
+
+// TestShadowPolicy: a Shadow policy admits every request, counts what it
+// would have refused in Shadowed (not Refused), and spends its bucket as
+// if enforcing: turned off (SetPolicies), it refuses at once. For each
+// mode; Hybrid and Strict on a real Redis.
+func TestShadowPolicy(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []hybrid.Mode{hybrid.Local, hybrid.Hybrid, hybrid.Strict} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			p := hybrid.Policy{Name: "p", Mode: mode, Limit: 5, Window: time.Hour, Shadow: true}
+			cfg := hybrid.Config{Policies: []hybrid.Policy{p}}
+			if mode != hybrid.Local {
+				cfg.Syncer = redisSyncer(t, redistest.StartServer(t))
+			}
+			l, clk := manual(t, cfg)
+			ctx := context.Background()
+			got := 0
+			for range 4 {
+				require.NoError(t, l.SyncOnce(ctx))
+				n, _ := offerN(t, l, "k", 5)
+				got += n
+				clk.Advance(time.Millisecond)
+			}
+			require.NoError(t, l.SyncOnce(ctx))
+			assert.Equal(t, 20, got, "a shadow policy admits everything")
+			st := l.Stats().Policies[0]
+			assert.Equal(t, uint64(15), st.Shadowed, "what it would have refused")
+			assert.Zero(t, st.Refused)
+			if mode != hybrid.Local {
+				assert.Equal(t, uint64(5), st.Admitted)
+			}
+			p.Shadow = false
+			require.NoError(t, l.SetPolicies([]hybrid.Policy{p}))
+			require.NoError(t, l.SyncOnce(ctx))
+			n, _ := offerN(t, l, "k", 5)
+			assert.Zero(t, n, "enforced, the bucket is spent")
+		})
+	}
+}

@@ -157,6 +157,14 @@ type Policy struct {
 	// FailStatic: limit locally to this node's last known share, scaled
 	// by Config.Ladder. See docs/partitions.md.
 	OnUnreachable FailMode
+
+	// Shadow decides, counts and reports as if the limit were enforced,
+	// and admits every request anyway: a request the policy would refuse
+	// is admitted, spends nothing, and counts in PolicyStats.Shadowed
+	// (hybridlimit_requests_total{outcome="shadow"}) instead of Refused.
+	// It is for rolling out a new limit: watch what it would refuse,
+	// then turn Shadow off.
+	Shadow bool
 }
 
 // Validate reports the first field of p that is out of range, as New and

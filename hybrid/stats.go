@@ -47,6 +47,9 @@ type PolicyStats struct {
 	// Admitted and Refused count requests decided, Degraded those of the
 	// Admitted that the policy's FailMode admitted without the fleet.
 	Admitted, Refused, Degraded uint64
+	// Shadowed counts the requests a Shadow policy would have refused
+	// and admitted (Policy.Shadow); they are not in Admitted nor Refused.
+	Shadowed uint64
 }
 
 // FleetStats is a link to one fleet.
@@ -65,6 +68,17 @@ type FleetStats struct {
 type policyCounts struct {
 	admitted          atomic.Int64 // a Cancel gives back: what is admitted may go down
 	refused, degraded atomic.Uint64
+	shadow            atomic.Uint64 // refusals a Shadow policy admitted
+}
+
+// countRefused counts n requests p refused, or, if p is a Shadow policy,
+// admitted in its stead.
+func (p *policy) countRefused(n uint64) {
+	if p.Shadow {
+		p.counts.shadow.Add(n)
+		return
+	}
+	p.counts.refused.Add(n)
 }
 
 // roundBounds are the upper bounds of Stats.RoundBuckets, in seconds.
@@ -104,7 +118,7 @@ func (k *keyState) countFailed(n int64, admitted bool) {
 	}
 	c := k.policy().counts
 	if !admitted {
-		c.refused.Add(uint64(n))
+		k.policy().countRefused(uint64(n))
 		return
 	}
 	c.degraded.Add(uint64(n))
@@ -119,7 +133,8 @@ func (l *Limiter) Stats() Stats {
 	var s Stats
 	for _, p := range l.policies().list {
 		s.Policies = append(s.Policies, PolicyStats{Name: p.Name, Mode: p.Mode,
-			Admitted: uint64(max(0, p.counts.admitted.Load())), Refused: p.counts.refused.Load(), Degraded: p.counts.degraded.Load()})
+			Admitted: uint64(max(0, p.counts.admitted.Load())), Refused: p.counts.refused.Load(), Degraded: p.counts.degraded.Load(),
+			Shadowed: p.counts.shadow.Load()})
 	}
 	for _, f := range l.fleets {
 		s.Fleets = append(s.Fleets, FleetStats{Name: f.name, Breaker: f.state(l.wall(l.now())),

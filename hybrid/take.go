@@ -77,7 +77,7 @@ func (l *Limiter) TakeN(key string, n int) (*Reservation, error) {
 	}
 	// A window or log take cannot be undone: the zero local.Reservation
 	// cancels nothing.
-	return &Reservation{d: d}, nil
+	return &Reservation{d: shadowed(p, d, int64(n))}, nil
 }
 
 // taken decides n for a Hybrid or Strict key now. Only a Hybrid take of

@@ -46,12 +46,13 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		if err := ctx.Err(); err != nil {
 			return err // as golang.org/x/time/rate: a done context takes nothing
 		}
-		if p := l.localPolicy(key); p != nil && len(key) <= l.cfg.MaxKeyLen {
+		if p := l.localPolicy(key); p != nil && !p.Shadow && len(key) <= l.cfg.MaxKeyLen {
 			return localErr(p.local.WaitN(ctx, key, n))
 		}
-		v, ok := l.keys.Load(key)
-		if ok && v.(*keyState).policy().Mode == Local {
-			return localErr(v.(*keyState).policy().local.WaitN(ctx, key, n))
+		if v, ok := l.keys.Load(key); ok {
+			if p := v.(*keyState).policy(); p.Mode == Local && !p.Shadow {
+				return localErr(p.local.WaitN(ctx, key, n))
+			}
 		}
 		d, err := l.AllowNContext(ctx, key, n)
 		if err != nil {

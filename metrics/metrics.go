@@ -54,7 +54,8 @@ import (
 //     offered for a hot key, estimated.
 //
 //   - hybridlimit_requests_total{policy,mode,outcome}: requests decided,
-//     outcome "admitted" or "refused"; a request of cost n counts n. A
+//     outcome "admitted", "refused", or "shadow" (a Shadow policy would
+//     have refused it, and admitted it); a request of cost n counts n. A
 //     Hybrid policy's are counted at each sync that reaches the fleet
 //     (up to an Interval behind); Local policies' are not counted
 //     (hybrid.Stats).
@@ -175,10 +176,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.late, prometheus.GaugeValue, h.Late.Seconds())
 	st := c.l.Stats()
 	for _, p := range st.Policies {
-		if p.Mode == hybrid.Local {
-			continue // not counted: see hybrid.Stats
-		}
 		mode := p.Mode.String()
+		if p.Shadowed > 0 { // a series for Shadow policies alone, from their first
+			ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(p.Shadowed), p.Name, mode, "shadow")
+		}
+		if p.Mode == hybrid.Local {
+			continue // not counted but for Shadow: see hybrid.Stats
+		}
 		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(p.Admitted), p.Name, mode, "admitted")
 		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(p.Refused), p.Name, mode, "refused")
 		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.CounterValue, float64(p.Degraded), p.Name, mode)

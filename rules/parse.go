@@ -130,7 +130,7 @@ func clip(s string) string {
 }
 
 // limitFields are the fields of a limit: in defaults, a rule or a tier.
-var limitFields = []string{"mode", "algorithm", "limit", "window", "rate", "burst", "on_unreachable"}
+var limitFields = []string{"mode", "algorithm", "limit", "window", "rate", "burst", "on_unreachable", "shadow"}
 
 // document parses the file.
 func (p *parser) document(doc *yaml.Node) (*Set, error) {
@@ -371,6 +371,8 @@ func (p *parser) limit(f map[string]*yaml.Node, field string, base hybrid.Policy
 			pol.Rate, err = strconv.ParseFloat(v.Value, 64)
 		case "window":
 			pol.Window, err = time.ParseDuration(v.Value)
+		case "shadow":
+			pol.Shadow, err = strconv.ParseBool(v.Value)
 		}
 		if err != nil {
 			return pol, p.fault(v, at, "%q: %v", clip(v.Value), unwrapNum(err))

@@ -26,6 +26,7 @@ func TestParseExample(t *testing.T) {
 	assert.Len(t, byName, 7)
 	assert.Equal(t, hybrid.Policy{Name: "per-ip", Prefix: "per-ip:", Algorithm: local.TokenBucket, Limit: 50, Window: time.Second, Burst: 100}, byName["per-ip"])
 	assert.Equal(t, hybrid.Policy{Name: "api/pro", Prefix: "api/pro:", Limit: 1000, Window: time.Minute, Burst: 2000}, byName["api/pro"])
+	assert.True(t, byName["search/pro"].Shadow, "tiers take their rule's fields")
 	assert.Equal(t, hybrid.Policy{Name: "login", Prefix: "login:", Mode: hybrid.Strict, Algorithm: local.SlidingWindow,
 		Limit: 5, Window: time.Minute, OnUnreachable: hybrid.FailClosed}, byName["login"])
 }
@@ -65,6 +66,7 @@ func TestParseRefuses(t *testing.T) {
 		{"bad window", rule + "    limit: 1\n    window: 1 minute\n", `f.yaml:5:13: rules[0] ("a").window: "1 minute"`},
 		{"bad mode", rule + "    mode: fast\n", `f.yaml:4:11: rules[0] ("a").mode: "fast"`},
 		{"mode as a list", rule + "    mode: [local]\n", `f.yaml:4:11: rules[0] ("a").mode: want a single value`},
+		{"shadow not a bool", rule + "    shadow: maybe\n", `f.yaml:4:13: rules[0] ("a").shadow: "maybe": invalid syntax`},
 		{"rate beside limit", rule + "    rate: 5\n    limit: 5\n    burst: 5\n", `Rate is set, so Limit and Window must be zero`},
 		{"window too small for hybrid", rule + "    limit: 5\n    window: 1us\n", `Window is 1µs; a hybrid policy needs at least 1ms`},
 		{"star inside", rule + "    limit: 1\n    window: 1s\n    endpoints: [\"/a*/b\"]\n", `rules[0] ("a").endpoints: "/a*/b": '*' may only end`},
