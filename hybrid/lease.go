@@ -188,6 +188,27 @@ func (k *keyState) spend(n int64) { k.extra.Add(n) }
 // Sync loop only.
 func (k *keyState) extend(raw uint32) int64 { return k.total + int64(int32(raw-k.wordSeen)) }
 
+// trim keeps ratio (below 1) of what is left of the allowance, in the
+// word and in every stripe; what it drops, unspent, goes back to the
+// fleet at the next sync.
+func (k *keyState) trim(ratio float64) {
+	cut := func(w *atomic.Uint64) {
+		for {
+			v := w.Load()
+			a := int64(float64(allowanceOf(v)) * ratio)
+			if w.CompareAndSwap(v, v&^math.MaxUint32|uint64(a)) {
+				return
+			}
+		}
+	}
+	cut(&k.word)
+	if set := k.stripes.Load(); set != nil {
+		for i := range set.s {
+			cut(&set.s[i].word)
+		}
+	}
+}
+
 // zero drops what is left of the allowance: a lease that lapsed.
 func (k *keyState) zero() {
 	drain(&k.word)

@@ -140,7 +140,7 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Failover != nil {
 		l.fleets = append(l.fleets, newFleet(cfg.Failover, "Failover", cfg.Breaker))
 	}
-	t, err := l.newTable(cfg.Policies, "Config.Policies", nil)
+	t, err := l.newTable(cfg.Policies, "Config.Policies", nil, nil)
 	if err != nil {
 		return nil, cfgerr.Wrap(ErrInvalidConfig, err)
 	}

@@ -1,10 +1,13 @@
 package hybrid_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,4 +142,50 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(perKey, "bytes/key")
+}
+
+// BenchmarkSetPolicies is SetPolicies lowering the limit of 100,000
+// Hybrid keys in use, every key moved to it at once, while a goroutine
+// decides on those keys: it reports the call's time and the decisions'
+// latency meanwhile, the 99.9th percentile and the slowest
+// (p999-allow-ns, max-allow-ns), which the call must not hold up:
+// decisions take no lock it takes.
+func BenchmarkSetPolicies(b *testing.B) {
+	const n = 100_000
+	keys, stream := manyKeys(n)
+	s, _ := fixedLease(1_000_000)
+	p := hybrid.Policy{Name: "p", Limit: 1_000_000_000, Window: time.Second}
+	l, err := hybrid.New(hybrid.Config{Node: "bench", Policies: []hybrid.Policy{p}, Syncer: s, ManualSync: true, MaxKeys: 2 * n, HotKeyRate: -1})
+	require.NoError(b, err)
+	b.Cleanup(func() { l.Close() })
+	for _, k := range keys {
+		_, err := l.Allow(k)
+		require.NoError(b, err)
+	}
+	require.NoError(b, l.SyncOnce(context.Background()))
+	var stop atomic.Bool
+	lat := make([]int64, 0, 1<<22)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; !stop.Load(); i++ {
+			t := time.Now()
+			_, _ = l.Allow(stream[i&(len(stream)-1)])
+			if len(lat) < cap(lat) {
+				lat = append(lat, int64(time.Since(t)))
+			}
+		}
+	}()
+	i := 0
+	for b.Loop() {
+		q := p
+		q.Limit -= int64(i%2 + 1) // a new limit each time
+		i++
+		require.NoError(b, l.SetPolicies([]hybrid.Policy{q}))
+	}
+	stop.Store(true)
+	<-done
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)*999/1000]), "p999-allow-ns")
+	b.ReportMetric(float64(lat[len(lat)-1]), "max-allow-ns")
 }

@@ -50,6 +50,9 @@ type PolicyStats struct {
 	// Shadowed counts the requests a Shadow policy would have refused
 	// and admitted (Policy.Shadow); they are not in Admitted nor Refused.
 	Shadowed uint64
+	// LoadFactor is what the policy's limit is scaled by
+	// (Limiter.SetLoadFactor): 1 unless set.
+	LoadFactor float64
 }
 
 // FleetStats is a link to one fleet.
@@ -131,10 +134,11 @@ func (k *keyState) countFailed(n int64, admitted bool) {
 // at any time, and costs the requests nothing.
 func (l *Limiter) Stats() Stats {
 	var s Stats
-	for _, p := range l.policies().list {
+	t := l.policies()
+	for _, p := range t.list {
 		s.Policies = append(s.Policies, PolicyStats{Name: p.Name, Mode: p.Mode,
 			Admitted: uint64(max(0, p.counts.admitted.Load())), Refused: p.counts.refused.Load(), Degraded: p.counts.degraded.Load(),
-			Shadowed: p.counts.shadow.Load()})
+			Shadowed: p.counts.shadow.Load(), LoadFactor: t.loadFactor(p.Name)})
 	}
 	for _, f := range l.fleets {
 		s.Fleets = append(s.Fleets, FleetStats{Name: f.name, Breaker: f.state(l.wall(l.now())),

@@ -35,6 +35,9 @@ import (
 //   - hybridlimit_ladder_factor: the part of its share the node may
 //     spend, 1 while healthy.
 //
+//   - hybridlimit_load_factor{policy}: what the policy's limit is scaled
+//     by (hybrid.Limiter.SetLoadFactor), 1 unless set.
+//
 //   - hybridlimit_failing_keys: keys the fleet, though reachable, answered
 //     with an error at their last sync or decision, or whose part of the
 //     fleet (a Redis Cluster master) is down; they follow their policy's
@@ -102,7 +105,7 @@ type Collector struct {
 	rounds, roundErrors, roundTime *prometheus.Desc
 	roundKeys                      *prometheus.Desc
 	calls, callErrors, breaker     *prometheus.Desc
-	topRefused                     *prometheus.Desc
+	topRefused, loadFactor         *prometheus.Desc
 	raw                            bool // label keys as they are (RawKeys)
 }
 
@@ -150,6 +153,7 @@ func NewCollector(l *hybrid.Limiter, opts ...Option) *Collector {
 		calls:       prometheus.NewDesc("hybridlimit_fleet_calls_total", "Calls to a fleet: syncs and Strict decisions.", []string{"fleet"}, nil),
 		callErrors:  prometheus.NewDesc("hybridlimit_fleet_errors_total", "Calls to a fleet that did not reach it.", []string{"fleet"}, nil),
 		breaker:     prometheus.NewDesc("hybridlimit_breaker_state", "1 for the state a fleet's circuit breaker is in, 0 for the others.", []string{"fleet", "state"}, nil),
+		loadFactor:  prometheus.NewDesc("hybridlimit_load_factor", "What the policy's limit is scaled by: 1 unless a load factor is set.", []string{"policy"}, nil),
 		topRefused:  prometheus.NewDesc("hybridlimit_top_refused_requests", "Requests refused over the last one to two minutes, for the keys refused most (estimate).", key, nil),
 	}
 	for _, o := range opts {
@@ -161,7 +165,7 @@ func NewCollector(l *hybrid.Limiter, opts ...Option) *Collector {
 // Describe sends the descriptors of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.keys, c.health, c.factor, c.failing, c.late, c.hotStripes, c.hotShards, c.hotRate,
-		c.requests, c.degraded, c.rounds, c.roundErrors, c.roundTime, c.roundKeys, c.calls, c.callErrors, c.breaker, c.topRefused} {
+		c.requests, c.degraded, c.rounds, c.roundErrors, c.roundTime, c.roundKeys, c.calls, c.callErrors, c.breaker, c.topRefused, c.loadFactor} {
 		ch <- d
 	}
 }
@@ -177,6 +181,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.l.Stats()
 	for _, p := range st.Policies {
 		mode := p.Mode.String()
+		ch <- prometheus.MustNewConstMetric(c.loadFactor, prometheus.GaugeValue, p.LoadFactor, p.Name)
 		if p.Shadowed > 0 { // a series for Shadow policies alone, from their first
 			ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(p.Shadowed), p.Name, mode, "shadow")
 		}
