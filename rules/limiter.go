@@ -41,8 +41,25 @@ func New(l *hybrid.Limiter, s *Set) (*Limiter, error) {
 	if err := l.SetPolicies(s.Policies()); err != nil {
 		return nil, fmt.Errorf("rules: %s: %w", s.file, err)
 	}
+	if err := s.setFactors(l); err != nil {
+		return nil, err
+	}
 	r.set.Store(s)
 	return r, nil
+}
+
+// setFactors gives l the Set's load factors, one call per factor.
+func (s *Set) setFactors(l *hybrid.Limiter) error {
+	by := map[float64][]string{}
+	for _, p := range s.policies {
+		by[s.factors[p.Name]] = append(by[s.factors[p.Name]], p.Name)
+	}
+	for f, names := range by {
+		if err := l.SetLoadFactor(f, names...); err != nil {
+			return fmt.Errorf("rules: %s: %w", s.file, err)
+		}
+	}
+	return nil
 }
 
 // Rules returns the Set in force.
@@ -72,7 +89,10 @@ func (r *Limiter) Apply(s *Set) error {
 		return fmt.Errorf("rules: %s: %w", s.file, err)
 	}
 	r.set.Store(s)
-	return r.l.SetPolicies(s.Policies()) // a subset of both: valid
+	if err := r.l.SetPolicies(s.Policies()); err != nil { // a subset of both: valid
+		return err
+	}
+	return s.setFactors(r.l)
 }
 
 // Allow is AllowN(req, 1).

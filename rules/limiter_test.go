@@ -91,6 +91,25 @@ func TestAllowRules(t *testing.T) {
 	assert.Empty(t, v.Policy, "no rule applied")
 }
 
+// TestLoadFactors: a file's load factors, for every rule or one, scale
+// their limits; a new file without them sets them back.
+func TestLoadFactors(t *testing.T) {
+	t.Parallel()
+	r := newLimiter(t, `
+load_factor: 0.5
+defaults: {mode: local, window: 1h}
+rules:
+  - {name: a, key: [tenant], limit: 10}
+  - {name: b, key: [ip], limit: 10, load_factor: 0.2}
+`)
+	assert.Equal(t, 5, admitted(t, r, rules.Request{Tenant: "t1"}, 20))
+	assert.Equal(t, 2, admitted(t, r, rules.Request{IP: "i1"}, 20))
+	s, err := rules.Parse("b.yaml", []byte("defaults: {mode: local, window: 1h}\nrules:\n  - {name: a, key: [tenant], limit: 10}\n"))
+	require.NoError(t, err)
+	require.NoError(t, r.Apply(s))
+	assert.Equal(t, 10, admitted(t, r, rules.Request{Tenant: "t2"}, 20))
+}
+
 // TestAllowAllOrNothing: a refusal by one rule gives back what the others
 // took. A tenant refused by its address's limit keeps its own tokens.
 func TestAllowAllOrNothing(t *testing.T) {

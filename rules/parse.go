@@ -137,9 +137,15 @@ func (p *parser) document(doc *yaml.Node) (*Set, error) {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
 		return nil, fmt.Errorf("%w: %s: empty; want a mapping with rules", ErrInvalid, p.file)
 	}
-	top, err := p.fields(doc.Content[0], "file", "defaults", "rules")
+	top, err := p.fields(doc.Content[0], "file", "defaults", "rules", "load_factor")
 	if err != nil {
 		return nil, err
+	}
+	factor := 1.0
+	if v, ok := top["load_factor"]; ok {
+		if factor, err = p.factor(v, "load_factor"); err != nil {
+			return nil, err
+		}
 	}
 	var defaults hybrid.Policy
 	if d, ok := top["defaults"]; ok {
@@ -164,7 +170,7 @@ func (p *parser) document(doc *yaml.Node) (*Set, error) {
 	s := &Set{file: p.file}
 	seen := map[string]bool{}
 	for i, n := range rs.Content {
-		r, err := p.rule(n, fmt.Sprintf("rules[%d]", i), defaults)
+		r, err := p.rule(n, fmt.Sprintf("rules[%d]", i), defaults, factor)
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +184,7 @@ func (p *parser) document(doc *yaml.Node) (*Set, error) {
 }
 
 // rule parses one rule, its limits over defaults.
-func (p *parser) rule(n *yaml.Node, field string, defaults hybrid.Policy) (*rule, error) {
+func (p *parser) rule(n *yaml.Node, field string, defaults hybrid.Policy, factor float64) (*rule, error) {
 	if n.Kind == yaml.MappingNode {
 		// Named in every error, if it has a name at all.
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -188,11 +194,16 @@ func (p *parser) rule(n *yaml.Node, field string, defaults hybrid.Policy) (*rule
 			}
 		}
 	}
-	f, err := p.fields(n, field, append([]string{"name", "key", "endpoints", "tiers", "default_tier"}, limitFields...)...)
+	f, err := p.fields(n, field, append([]string{"name", "key", "endpoints", "tiers", "default_tier", "load_factor"}, limitFields...)...)
 	if err != nil {
 		return nil, err
 	}
-	r := &rule{}
+	r := &rule{factor: factor}
+	if v, ok := f["load_factor"]; ok {
+		if r.factor, err = p.factor(v, field+".load_factor"); err != nil {
+			return nil, err
+		}
+	}
 	if r.name, err = p.name(f["name"], n, field+".name"); err != nil {
 		return nil, err
 	}
@@ -282,6 +293,15 @@ func (p *parser) policy(n *yaml.Node, field string, pol hybrid.Policy) error {
 		return p.fault(n, field, "%s", msg)
 	}
 	return nil
+}
+
+// factor parses a load factor: more than 0, at most 1.
+func (p *parser) factor(v *yaml.Node, field string) (float64, error) {
+	f, err := strconv.ParseFloat(v.Value, 64)
+	if v.Kind != yaml.ScalarNode || err != nil || !(f > 0 && f <= 1) {
+		return 0, p.fault(v, field, "%q: want a number more than 0 and at most 1", clip(v.Value))
+	}
+	return f, nil
 }
 
 // name parses a rule's or tier's name: 1 to 64 letters, digits, '_', '.'

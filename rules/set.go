@@ -70,6 +70,7 @@ type rule struct {
 	tiers       map[string]string // tier -> its policy's prefix; nil if the rule has no tiers
 	defaultTier string
 	policies    []hybrid.Policy // the rule's, or one per tier
+	factor      float64         // its load factor (hybrid.Limiter.SetLoadFactor)
 	last        bool            // decided after the others: its decisions cannot all be given back
 }
 
@@ -81,6 +82,7 @@ type Set struct {
 	sum      [32]byte // of the file's bytes, to tell a changed file
 	rules    []*rule  // those that give back a refusal's tokens first
 	policies []hybrid.Policy
+	factors  map[string]float64 // load factor by policy name
 }
 
 // add appends r, keeping the rules whose decisions can be given back
@@ -93,6 +95,12 @@ func (s *Set) add(r *rule) {
 		}
 	}
 	s.policies = append(s.policies, r.policies...)
+	for _, p := range r.policies {
+		if s.factors == nil {
+			s.factors = map[string]float64{}
+		}
+		s.factors[p.Name] = r.factor
+	}
 	if r.last {
 		s.rules = append(s.rules, r)
 		return
