@@ -73,7 +73,7 @@ func Parse(name string, data []byte) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.sum = sha256.Sum256(data)
+	s.sum, s.src = sha256.Sum256(data), append([]byte(nil), data...)
 	return s, nil
 }
 

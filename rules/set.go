@@ -79,6 +79,7 @@ type rule struct {
 // concurrent use.
 type Set struct {
 	file     string
+	src      []byte   // the file's bytes
 	sum      [32]byte // of the file's bytes, to tell a changed file
 	rules    []*rule  // those that give back a refusal's tokens first
 	policies []hybrid.Policy
@@ -119,6 +120,9 @@ func (s *Set) Policies() []hybrid.Policy { return append([]hybrid.Policy(nil), s
 
 // File returns the name the Set was parsed from.
 func (s *Set) File() string { return s.file }
+
+// Source returns the bytes the Set was parsed from.
+func (s *Set) Source() []byte { return append([]byte(nil), s.src...) }
 
 // applies reports whether r applies to endpoint. As in net/http's
 // patterns, an endpoint may start with a method ("POST /login"): a

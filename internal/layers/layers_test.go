@@ -54,6 +54,7 @@ func TestArrowsPointDown(t *testing.T) {
 		"httplimit": {"hybrid", "fleet", "local", "partition", "internal/cfgerr", "internal/enumtext"},
 		"metrics":   {"hybrid", "fleet", "partition"},
 		"rules":     {"hybrid", "local"},
+		"admin":     {"rules", "hybrid", "local"},
 	}
 	for _, h := range helpers {
 		allowed[h] = nil // production helpers import nothing of the module

@@ -2,15 +2,19 @@ package snippets
 
 import (
 	"context"
+	"crypto/subtle"
+	"errors"
 	"log"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 
+	"github.com/hybridlimit/hybridlimit/admin"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
@@ -89,4 +93,23 @@ func docsRules(ctx context.Context, redisFleet *global.Redis, r *http.Request, a
 	}
 }
 
-var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability, docsRules}
+// docs/policies.md, "The admin API and the rate check"
+func docsAdmin(rl *rules.Limiter, token, path string, mux *http.ServeMux) {
+	api, err := admin.New(admin.Config{
+		Rules: rl,
+		Authorize: func(r *http.Request) error { // required: with none, New fails
+			if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) != 1 {
+				return errors.New("a bearer token is required")
+			}
+			return nil
+		},
+		OnChange: func(doc []byte) { _ = os.WriteFile(path, doc, 0o600) }, // keep the file in step
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux.Handle("/admin/", api)
+	mux.Handle("/v1/check", admin.Check(rl))
+}
+
+var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability, docsRules, docsAdmin}
