@@ -30,15 +30,18 @@ type Limiter struct {
 	applyMu sync.Mutex
 }
 
-// New returns a Limiter deciding with l against s, whose policies it
-// gives l (hybrid.Limiter.SetPolicies): they replace l's. l may have been
-// made with s.Policies(), or any others.
+// New returns a Limiter deciding with l against s. The Set's policies
+// are added to l's (hybrid.Limiter.SetPolicies), replacing any of the
+// same names; l's others stay, and so do they at each Apply, which
+// replaces only the policies of the rules it replaces. l may have been
+// made with s.Policies(), or with policies of its own (a service that
+// decides other requests by other means beside the rules).
 func New(l *hybrid.Limiter, s *Set) (*Limiter, error) {
 	if l == nil || s == nil {
 		return nil, errors.New("rules: New needs a hybrid.Limiter and a Set")
 	}
 	r := &Limiter{l: l}
-	if err := l.SetPolicies(s.Policies()); err != nil {
+	if err := l.SetPolicies(merge(l.Config().Policies, nil, s.policies)); err != nil {
 		return nil, fmt.Errorf("rules: %s: %w", s.file, err)
 	}
 	if err := s.setFactors(l); err != nil {
@@ -46,6 +49,20 @@ func New(l *hybrid.Limiter, s *Set) (*Limiter, error) {
 	}
 	r.set.Store(s)
 	return r, nil
+}
+
+// merge is have without the policies named in drop or add, then add.
+func merge(have, drop, add []hybrid.Policy) []hybrid.Policy {
+	named := func(list []hybrid.Policy, name string) bool {
+		return slices.ContainsFunc(list, func(q hybrid.Policy) bool { return q.Name == name })
+	}
+	var out []hybrid.Policy
+	for _, p := range have {
+		if !named(drop, p.Name) && !named(add, p.Name) {
+			out = append(out, p)
+		}
+	}
+	return append(out, add...)
 }
 
 // setFactors gives l the Set's load factors, one call per factor.
@@ -79,17 +96,12 @@ func (r *Limiter) Apply(s *Set) error {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	old := r.set.Load()
-	both := s.Policies()
-	for _, p := range old.policies {
-		if !slices.ContainsFunc(both, func(q hybrid.Policy) bool { return q.Name == p.Name }) {
-			both = append(both, p)
-		}
-	}
-	if err := r.l.SetPolicies(both); err != nil {
+	have := r.l.Config().Policies
+	if err := r.l.SetPolicies(merge(have, nil, s.policies)); err != nil { // both sets' policies
 		return fmt.Errorf("rules: %s: %w", s.file, err)
 	}
 	r.set.Store(s)
-	if err := r.l.SetPolicies(s.Policies()); err != nil { // a subset of both: valid
+	if err := r.l.SetPolicies(merge(have, old.policies, s.policies)); err != nil { // a subset: valid
 		return err
 	}
 	return s.setFactors(r.l)

@@ -228,3 +228,32 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestOtherPoliciesStay: policies the hybrid.Limiter had besides the
+// rules' stay through New and Apply.
+func TestOtherPoliciesStay(t *testing.T) {
+	t.Parallel()
+	own := hybrid.Policy{Name: "own", Prefix: "own:", Mode: hybrid.Local, Limit: 2, Window: time.Hour}
+	l, err := hybrid.New(hybrid.Config{Policies: []hybrid.Policy{own}})
+	require.NoError(t, err)
+	defer l.Close()
+	a, err := rules.Parse("a.yaml", []byte("rules:\n  - {name: a, mode: local, key: [tenant], limit: 1, window: 1h}\n"))
+	require.NoError(t, err)
+	r, err := rules.New(l, a)
+	require.NoError(t, err)
+	b, err := rules.Parse("b.yaml", []byte("rules:\n  - {name: b, mode: local, key: [tenant], limit: 1, window: 1h}\n"))
+	require.NoError(t, err)
+	require.NoError(t, r.Apply(b))
+	var names []string
+	for _, p := range l.Config().Policies {
+		names = append(names, p.Name)
+	}
+	assert.Equal(t, []string{"own", "b"}, names)
+	n := 0
+	for range 5 {
+		if d, err := l.Allow("own:x"); err == nil && d.Allowed() {
+			n++
+		}
+	}
+	assert.Equal(t, 2, n)
+}
