@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+)
+
+// rls is the Envoy rate limit service (envoy.service.ratelimit.v3) over
+// a hybrid.Limiter and an envoyproxy/ratelimit configuration.
+type rls struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	l       *hybrid.Limiter
+	conf    *envoyConfig
+	headers bool // add x-ratelimit-* headers, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED does
+	// peek: ask each limit what it has left before taking from any. With
+	// no fleet the policies are Local sliding windows, whose takes
+	// cannot be given back: a request over one descriptor's limit would
+	// still spend the others'.
+	peek bool
+}
+
+// Bounds on a request, so that one cannot take the server's memory.
+const (
+	maxDescriptors = 64
+	maxEntries     = 32
+)
+
+// applied is a descriptor's limit and what deciding it took.
+type applied struct {
+	lim *limit
+	key string
+	res *hybrid.Reservation
+}
+
+// ShouldRateLimit decides a request's descriptors, all or nothing: a
+// descriptor over its limit gives back what the others took. A request
+// that cannot be decided (no domain, no descriptors, an unknown domain,
+// an empty entry, a per-descriptor limit override, a cost beyond
+// 2^31-1) is an InvalidArgument, never an OK.
+func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	root, hits, err := s.check(req)
+	if err != nil {
+		return nil, err
+	}
+	limits := make([]*applied, len(req.GetDescriptors()))
+	named := map[string]bool{}
+	for i, d := range req.GetDescriptors() {
+		entries := make([]entry, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			entries[j] = entry{e.GetKey(), e.GetValue()}
+		}
+		if l := root.find(entries); l != nil {
+			limits[i] = &applied{lim: l, key: l.prefix + keyOf(entries)}
+			if l.name != "" {
+				named[l.name] = true
+			}
+		}
+	}
+	// A limit another applying limit replaces does not apply.
+	for _, a := range limits {
+		if a == nil {
+			continue
+		}
+		for _, r := range a.lim.replaces {
+			for i, b := range limits {
+				if b != nil && b.lim.name == r && named[r] {
+					limits[i] = nil
+				}
+			}
+		}
+	}
+	short := s.peek && s.short(limits, hits)
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(limits))}
+	var took []*hybrid.Reservation
+	var tightest *rlspb.RateLimitResponse_DescriptorStatus
+	for i, a := range limits {
+		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		switch {
+		case a == nil:
+			continue
+		case a.lim.unlimited:
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{Name: a.lim.name, RequestsPerUnit: a.lim.rpu, Unit: a.lim.unit}
+		if a.lim.rpu == 0 {
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT // 0 a unit: every request is over
+			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			continue
+		}
+		n := hits[i]
+		if short {
+			n = 0 // over some limit: take from none, and tell each where it stands
+		}
+		res, err := s.l.TakeN(a.key, n)
+		if err != nil {
+			cancelAll(took)
+			if errors.Is(err, hybrid.ErrTooManyKeys) {
+				return nil, status.Errorf(codes.ResourceExhausted, "descriptor %d: %v", i, err)
+			}
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+		}
+		d := res.Decision()
+		st.LimitRemaining = uint32(min(max(d.Remaining(), 0), math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(d.ResetAfter())
+		if !d.Allowed() || short && !a.lim.shadow && d.Remaining() < int64(hits[i]) {
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+		} else {
+			took = append(took, res)
+		}
+		if tightest == nil || st.LimitRemaining < tightest.LimitRemaining {
+			tightest = st
+		}
+	}
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		cancelAll(took) // all or nothing
+	}
+	if s.headers && tightest != nil {
+		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
+			{Key: "x-ratelimit-limit", Value: strconv.FormatUint(uint64(tightest.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: "x-ratelimit-remaining", Value: strconv.FormatUint(uint64(tightest.LimitRemaining), 10)},
+			{Key: "x-ratelimit-reset", Value: strconv.FormatInt(int64(tightest.DurationUntilReset.AsDuration().Seconds()+0.999), 10)},
+		}
+	}
+	return resp, nil
+}
+
+// short reports whether some limit has less left than its descriptor
+// costs (see rls.peek).
+func (s *rls) short(limits []*applied, hits []int) bool {
+	for i, a := range limits {
+		if a == nil || a.lim.unlimited || a.lim.shadow || a.lim.rpu == 0 {
+			continue
+		}
+		if d, err := s.l.AllowN(a.key, 0); err == nil && d.Remaining() < int64(hits[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// check refuses what cannot be decided, and returns the domain's tree
+// and each descriptor's cost.
+func (s *rls) check(req *rlspb.RateLimitRequest) (*node, []int, error) {
+	switch {
+	case req.GetDomain() == "":
+		return nil, nil, status.Error(codes.InvalidArgument, "the domain is empty")
+	case len(req.GetDescriptors()) == 0:
+		return nil, nil, status.Error(codes.InvalidArgument, "the descriptor list is empty")
+	case len(req.GetDescriptors()) > maxDescriptors:
+		return nil, nil, status.Errorf(codes.InvalidArgument, "%d descriptors; at most %d", len(req.GetDescriptors()), maxDescriptors)
+	}
+	root := s.conf.domains[req.GetDomain()]
+	if root == nil {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "unknown domain %q", req.GetDomain())
+	}
+	hits := make([]int, len(req.GetDescriptors()))
+	for i, d := range req.GetDescriptors() {
+		if n := len(d.GetEntries()); n == 0 || n > maxEntries {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries; it needs 1 to %d", i, n, maxEntries)
+		}
+		for _, e := range d.GetEntries() {
+			if e.GetKey() == "" {
+				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d has an entry with an empty key", i)
+			}
+		}
+		if d.GetLimit() != nil {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d overrides its limit; hybridlimitd takes limits from its configuration only", i)
+		}
+		h := uint64(req.GetHitsAddend())
+		if d.GetHitsAddend() != nil {
+			h = d.GetHitsAddend().GetValue()
+		} else if h == 0 {
+			h = 1 // as envoyproxy/ratelimit: an unset hits_addend is 1
+		}
+		if h > math.MaxInt32 {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is more than 2147483647", i, h)
+		}
+		hits[i] = int(h)
+	}
+	return root, hits, nil
+}
+
+// keyOf is the key of entries under a limit: each entry's key and value,
+// '.' and '\' escaped in either, so that no two descriptors share one.
+func keyOf(entries []entry) string {
+	var b strings.Builder
+	esc := func(s string) {
+		for i := 0; i < len(s); i++ {
+			if s[i] == '.' || s[i] == '\\' || s[i] == '=' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(s[i])
+		}
+	}
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		esc(e.key)
+		b.WriteByte('=')
+		esc(e.value)
+	}
+	return b.String()
+}
+
+func cancelAll(rs []*hybrid.Reservation) {
+	for _, r := range rs {
+		r.Cancel()
+	}
+}
+
+var _ rlspb.RateLimitServiceServer = (*rls)(nil)

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// startRLS starts hybridlimitd with o (loopback ports) and returns a
+// real gRPC client of its rate limit service.
+func startRLS(t *testing.T, o *options) (rlspb.RateLimitServiceClient, *server) {
+	t.Helper()
+	o.httpAddr, o.grpcAddr, o.grace = "127.0.0.1:0", "127.0.0.1:0", time.Second
+	if o.syncInterval == 0 {
+		o.syncInterval = 100 * time.Millisecond
+	}
+	s, err := start(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s.shutdown()) })
+	conn, err := grpc.NewClient(s.grpcAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return rlspb.NewRateLimitServiceClient(conn), s
+}
+
+// desc is a descriptor of "key=value" entries.
+func desc(entries ...string) *commonpb.RateLimitDescriptor {
+	d := &commonpb.RateLimitDescriptor{}
+	for _, e := range entries {
+		k, v, _ := strings.Cut(e, "=")
+		d.Entries = append(d.Entries, &commonpb.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	return d
+}
+
+// codes is what the service answered for each of n requests like req.
+func answers(t *testing.T, c rlspb.RateLimitServiceClient, req *rlspb.RateLimitRequest, n int) string {
+	t.Helper()
+	var b strings.Builder
+	for range n {
+		resp, err := c.ShouldRateLimit(context.Background(), req)
+		require.NoError(t, err)
+		if resp.OverallCode == rlspb.RateLimitResponse_OK {
+			b.WriteByte('.')
+		} else {
+			b.WriteByte('x')
+		}
+	}
+	return b.String()
+}
+
+// TestEnvoyExamples: envoyproxy/ratelimit's documented configurations
+// (docs/examples/envoy) are accepted, and a scripted sequence of requests
+// gets the decisions envoyproxy/ratelimit gives it ('.' OK, 'x'
+// OVER_LIMIT), over a real gRPC connection.
+func TestEnvoyExamples(t *testing.T) {
+	t.Parallel()
+	c, _ := startRLS(t, &options{envoy: []string{"../../docs/examples/envoy"}})
+	req := func(domain string, hits uint32, ds ...*commonpb.RateLimitDescriptor) *rlspb.RateLimitRequest {
+		return &rlspb.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hits}
+	}
+	tests := []struct {
+		name string
+		req  *rlspb.RateLimitRequest
+		n    int
+		want string
+	}{
+		{"marketing to one number, 5 a day", req("messaging", 0, desc("message_type=marketing", "to_number=2061234567")), 7, ".....xx"},
+		{"any message to another number, 100 a day", req("messaging", 0, desc("to_number=2061111111")), 3, "..."},
+		{"a number's 100 a day, 40 at a time", req("messaging", 40, desc("to_number=2062222222")), 3, "..x"},
+		{"a database with no limit configured", req("mongo_cps", 0, desc("database=logs")), 3, "..."},
+		{"users, 500 a second, 200 at a time", req("mongo_cps", 200, desc("database=users")), 3, "..x"},
+		{"a black-listed address", req("edge_proxy_per_ip", 0, desc("remote_address=50.0.0.5")), 2, "xx"},
+		{"unlimited", req("rl", 0, desc("foo=anything")), 3, "..."},
+		{"shadow mode: over, and admitted", req("rl", 0, desc("source_cluster=proxy", "destination_cluster=mock")), 4, "...."},
+		{"replaced by account's 4 a minute", req("rl", 0, desc("source_cluster=proxy", "destination_cluster=bkthomps"), desc("category=account")), 6, "....xx"},
+		{"more entries than the tree", req("mongo_cps", 0, desc("database=users", "table=t")), 2, ".."},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, answers(t, c, tt.req, tt.n), tt.name)
+	}
+
+	// 10 a second per address: all within one second, from its start.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+	assert.Equal(t, "..........x", answers(t, c, req("edge_proxy_per_ip", 0, desc("remote_address=10.0.0.1")), 11))
+
+	resp, err := c.ShouldRateLimit(context.Background(), req("messaging", 0, desc("message_type=marketing", "to_number=2063333333")))
+	require.NoError(t, err)
+	st := resp.Statuses[0]
+	assert.Equal(t, uint32(5), st.CurrentLimit.RequestsPerUnit)
+	assert.Equal(t, rlspb.RateLimitResponse_RateLimit_DAY, st.CurrentLimit.Unit)
+	assert.Equal(t, uint32(4), st.LimitRemaining)
+}
+
+// TestEnvoyAllOrNothing: a request over one descriptor's limit takes
+// nothing from the others'.
+func TestEnvoyAllOrNothing(t *testing.T) {
+	t.Parallel()
+	c, _ := startRLS(t, &options{envoy: []string{"../../docs/examples/envoy/messaging.yaml"}})
+	both := &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: []*commonpb.RateLimitDescriptor{
+		desc("message_type=marketing", "to_number=2064444444"), desc("to_number=2064444444")}}
+	assert.Equal(t, ".....xxx", answers(t, c, both, 8))
+	// The number's own limit spent 5 of its 100, not 8.
+	one := &rlspb.RateLimitRequest{Domain: "messaging", HitsAddend: 95, Descriptors: []*commonpb.RateLimitDescriptor{desc("to_number=2064444444")}}
+	assert.Equal(t, ".x", answers(t, c, one, 2))
+}
+
+// TestEnvoyBadRequests: what cannot be decided is an InvalidArgument,
+// never an OK.
+func TestEnvoyBadRequests(t *testing.T) {
+	t.Parallel()
+	c, _ := startRLS(t, &options{envoy: []string{"../../docs/examples/envoy"}})
+	many := make([]*commonpb.RateLimitDescriptor, 65)
+	for i := range many {
+		many[i] = desc("to_number=1")
+	}
+	for _, tt := range []struct {
+		name string
+		req  *rlspb.RateLimitRequest
+		want string
+	}{
+		{"no domain", &rlspb.RateLimitRequest{Descriptors: []*commonpb.RateLimitDescriptor{desc("a=b")}}, "the domain is empty"},
+		{"unknown domain", &rlspb.RateLimitRequest{Domain: "nope", Descriptors: []*commonpb.RateLimitDescriptor{desc("a=b")}}, `unknown domain "nope"`},
+		{"no descriptors", &rlspb.RateLimitRequest{Domain: "messaging"}, "the descriptor list is empty"},
+		{"an empty descriptor", &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: []*commonpb.RateLimitDescriptor{{}}}, "has 0 entries"},
+		{"an empty key", &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: []*commonpb.RateLimitDescriptor{desc("=x")}}, "empty key"},
+		{"too many descriptors", &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: many}, "65 descriptors"},
+		{"huge hits", &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: []*commonpb.RateLimitDescriptor{
+			{Entries: desc("to_number=1").Entries, HitsAddend: wrapperspb.UInt64(1 << 40)}}}, "hits_addend 1099511627776"},
+		{"a limit override", &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: []*commonpb.RateLimitDescriptor{
+			{Entries: desc("to_number=1").Entries, Limit: &commonpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1000000}}}}, "overrides its limit"},
+	} {
+		_, err := c.ShouldRateLimit(context.Background(), tt.req)
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), tt.name)
+		assert.ErrorContains(t, err, tt.want, tt.name)
+	}
+	// A cost beyond what the limit holds is over it, not an error.
+	resp, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "messaging", HitsAddend: 1 << 30,
+		Descriptors: []*commonpb.RateLimitDescriptor{desc("to_number=2")}})
+	if assert.NoError(t, err) {
+		assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, resp.OverallCode)
+	}
+}
+
+// TestEnvoyConfigRefused: configurations envoyproxy/ratelimit refuses
+// are refused, naming the file and what is wrong.
+func TestEnvoyConfigRefused(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ file, want string }{
+		{"descriptors: []\n", "the domain is empty"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", `unit "fortnight"`},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n", "takes no unit"},
+		{"domain: d\ndescriptors:\n  - key: a\n  - key: a\n", `"d.a" is given twice`},
+		{"domain: d\ndescriptors:\n  - value: a\n", "empty key"},
+		{"domain: d\ndescriptor:\n  - key: a\n", "field descriptor not found"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {name: n, unit: second, requests_per_unit: 1, replaces: [{name: n}]}\n", "names its own"},
+	} {
+		c := &envoyConfig{domains: map[string]*node{}}
+		assert.ErrorContains(t, c.add("f.yaml", []byte(tt.file)), tt.want, tt.file)
+	}
+}
