@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,8 @@ type server struct {
 	stopping atomic.Bool
 	cancel   context.CancelFunc
 	grace    time.Duration
+	once     sync.Once
+	done     error // shutdown's
 }
 
 // start builds and starts a server for o; the servers run until
@@ -269,6 +272,11 @@ func (s *server) serveGRPC(o *options, conf *envoyConfig, tlsConf *tls.Config) e
 // shutdown stops taking requests (readyz fails first), waits up to the
 // grace for those in flight, hands the leases back and leaves the fleet.
 func (s *server) shutdown() error {
+	s.once.Do(func() { s.done = s.stop() })
+	return s.done
+}
+
+func (s *server) stop() error {
 	s.stopping.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), s.grace)
 	defer cancel()

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
+	"github.com/hybridlimit/hybridlimit/partition"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"), // memberlist's probe may outlive Shutdown by a timeout
+	)
+}
+
+// TestParse: flags, the environment for what they leave unset, and
+// refusals that say what to do.
+func TestParse(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"HYBRIDLIMITD_REDIS": "redis:6379", "HYBRIDLIMITD_HTTP": ":9999"}
+	o, err := parse([]string{"--config", "r.yaml", "--http", ":7000"}, func(k string) string { return env[k] }, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "redis:6379", o.redis, "from the environment")
+	assert.Equal(t, ":7000", o.httpAddr, "a flag wins")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "give --config"},
+		{[]string{"--config", "r", "--tls-cert", "c"}, "go together"},
+		{[]string{"--config", "r", "--gossip-seeds", "a"}, "needs --gossip-bind"},
+		{[]string{"--config", "r", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--config", "r", "--shutdown-grace", "soon"}, "invalid value"},
+	} {
+		_, err := parse(tt.args, func(string) string { return "" }, io.Discard)
+		assert.ErrorContains(t, err, tt.want, "%v", tt.args)
+	}
+	_, err = parse([]string{"--config", "r"}, func(k string) string { return map[string]string{"HYBRIDLIMITD_SYNC_INTERVAL": "often"}[k] }, io.Discard)
+	assert.ErrorContains(t, err, "HYBRIDLIMITD_SYNC_INTERVAL")
+}
+
+// TestHTTP: a server of the example rules file alone (no fleet) answers
+// the rate check, the rules API with its token, /metrics, /healthz and
+// /readyz; stopping, it fails /readyz before it closes.
+func TestHTTP(t *testing.T) {
+	t.Parallel()
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("s3cret\n"), 0o600))
+	o := &options{config: "../../docs/examples/rules.yaml", adminToken: token, httpAddr: "127.0.0.1:0", grace: time.Second}
+	s, err := start(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	base := "http://" + s.httpAddr.String()
+	get := func(path, auth string) (int, string) {
+		req, err := http.NewRequest("GET", base+path, nil)
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("/readyz", "")
+	assert.Equal(t, http.StatusOK, code, body)
+	code, _ = get("/healthz", "")
+	assert.Equal(t, http.StatusOK, code)
+	resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"tenant": "acme", "tier": "pro", "endpoint": "GET /api/x", "ip": "192.0.2.1"}`))
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, string(b), `"allowed":true`)
+	code, _ = get("/admin/v1/rules", "")
+	assert.Equal(t, http.StatusForbidden, code, "no token")
+	code, body = get("/admin/v1/rules", "Bearer s3cret")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"per-ip"`)
+	code, body = get("/metrics", "")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "hybridlimit_keys")
+
+	s.stopping.Store(true) // as shutdown does first
+	code, _ = get("/readyz", "")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	require.NoError(t, s.shutdown())
+}
+
+// TestFleet: three hybridlimitd sharing limits over gossip, or through a
+// real Redis, offered twice a descriptor's limit (500 a second, a sliding
+// window) through their gRPC services; the busiest second once the key
+// is known to them (after its first second) and after one of them is
+// stopped (it says goodbye, and hands its leases back). The target is 5%
+// over the limit. Measured under -race, 7 runs: over Redis 500-506 once
+// known and 498-505 after the stop, with one run at 539; over gossip
+// 500-606 and 506-571. A key's first second ran 502-739 over either
+// (cold start: issues 20 and 22). The test holds Redis to 10% and gossip
+// to 30%, so that it catches breakage, not noise.
+func TestFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three servers driven for 6 s, twice")
+	}
+	t.Parallel()
+	for _, via := range []string{"redis", "gossip"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			bound := 550
+			redisAddr := ""
+			if via == "redis" {
+				redisAddr = redistest.StartServer(t).Addr
+			} else {
+				bound = 650
+			}
+			testFleet(t, redisAddr, bound)
+		})
+	}
+}
+
+func testFleet(t *testing.T, redisAddr string, bound int) {
+	var servers []*server
+	var clients []rlspb.RateLimitServiceClient
+	seed := ""
+	for i := range 3 {
+		o := &options{envoy: []string{"../../docs/examples/envoy/mongo_cps.yaml"}, node: fmt.Sprint("hld-", i), redis: redisAddr}
+		if redisAddr == "" {
+			o.gossipBind, o.gossipSeeds = "127.0.0.1:0", seed
+		}
+		c, s := startRLS(t, o)
+		if seed == "" && s.gossip != nil {
+			seed = s.gossip.Addr()
+		}
+		servers, clients = append(servers, s), append(clients, c)
+	}
+	require.Eventually(t, func() bool {
+		for _, s := range servers {
+			if s.limiter.Health().Level != partition.Healthy {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond)
+	req := &rlspb.RateLimitRequest{Domain: "mongo_cps", Descriptors: []*commonpb.RateLimitDescriptor{desc("database=users")}}
+	// drive offers each live server 333 requests a second for d and
+	// returns when each admitted request came, since the start.
+	drive := func(live []int, d time.Duration) []time.Duration {
+		var mu sync.Mutex
+		var at []time.Duration
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, i := range live {
+			wg.Go(func() {
+				var sent atomic.Int64
+				for now := time.Since(start); now < d; now = time.Since(start) {
+					for ; sent.Load() < int64(333*now.Seconds()); sent.Add(1) {
+						resp, err := clients[i].ShouldRateLimit(context.Background(), req)
+						if assert.NoError(t, err) && resp.OverallCode == rlspb.RateLimitResponse_OK {
+							mu.Lock()
+							at = append(at, time.Since(start))
+							mu.Unlock()
+						}
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+		return at
+	}
+	busiest := func(at []time.Duration, from, d time.Duration) int {
+		best := 0
+		for ; from+time.Second <= d; from += 50 * time.Millisecond {
+			n := 0
+			for _, a := range at {
+				if a >= from && a < from+time.Second {
+					n++
+				}
+			}
+			best = max(best, n)
+		}
+		return best
+	}
+	at := drive([]int{0, 1, 2}, 4*time.Second)
+	first, all := busiest(at, 0, 1100*time.Millisecond), busiest(at, time.Second, 4*time.Second)
+	require.NoError(t, servers[2].shutdown())
+	two := busiest(drive([]int{0, 1}, 2*time.Second), 0, 2*time.Second)
+	t.Logf("%s: limit 500/s, offered 1,000/s: busiest second %d with three servers once the key is known (%d while new to them); %d with two after one stopped",
+		t.Name(), all, first, two)
+	assert.LessOrEqual(t, all, bound)
+	assert.GreaterOrEqual(t, all, 450)
+	assert.LessOrEqual(t, two, bound)
+}
