@@ -24,9 +24,9 @@ type rls struct {
 	conf    *envoyConfig
 	headers bool // add x-ratelimit-* headers, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED does
 	// peek: ask each limit what it has left before taking from any. With
-	// no fleet the policies are Local sliding windows, whose takes
-	// cannot be given back: a request over one descriptor's limit would
-	// still spend the others'.
+	// no fleet the policies are Local, whose takes a concurrent take of
+	// the same key keeps from being given back: a request over one
+	// descriptor's limit could still spend the others'.
 	peek bool
 }
 

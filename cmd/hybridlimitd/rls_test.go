@@ -21,7 +21,7 @@ import (
 
 // startRLS starts hybridlimitd with o (loopback ports) and returns a
 // real gRPC client of its rate limit service.
-func startRLS(t *testing.T, o *options) (rlspb.RateLimitServiceClient, *server) {
+func startRLS(t testing.TB, o *options) (rlspb.RateLimitServiceClient, *server) {
 	t.Helper()
 	o.httpAddr, o.grpcAddr, o.grace = "127.0.0.1:0", "127.0.0.1:0", time.Second
 	if o.syncInterval == 0 {
