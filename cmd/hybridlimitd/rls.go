@@ -36,11 +36,10 @@ const (
 	maxEntries     = 32
 )
 
-// applied is a descriptor's limit and what deciding it took.
+// applied is a descriptor's limit and its key.
 type applied struct {
 	lim *limit
 	key string
-	res *hybrid.Reservation
 }
 
 // ShouldRateLimit decides a request's descriptors, all or nothing: a
