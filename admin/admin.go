@@ -39,9 +39,16 @@ type Config struct {
 
 	// OnChange, if set, is called with each rules document the API
 	// applied, after it is in force: to write it back to the file the
-	// rules came from, or to a store the fleet shares. An error is
-	// logged by the caller's code, not the API's: the change stands.
+	// rules came from. An error is the caller's to log: the change
+	// stands.
 	OnChange func(doc []byte)
+
+	// Store, if set, is the rules document the fleet shares (nodes
+	// follow it: rules.Limiter.Follow). A change is then made to the
+	// store's latest version and saved there (rules.Limiter.Publish),
+	// and the ETag is that version: a change that another node's beat
+	// to the store is a 409, to be made again.
+	Store rules.Store
 }
 
 // New returns the rules API for cfg. It serves:
@@ -86,15 +93,29 @@ type api struct {
 	mu  sync.Mutex
 }
 
-// document is the rules document in force, decoded, and its ETag.
-func (a *api) document() (map[string]any, string, error) {
+// document is the rules document in force, decoded, its ETag, and its
+// version in the Store (0 without one).
+func (a *api) document(r *http.Request, latest bool) (map[string]any, string, uint64, error) {
 	src := a.cfg.Rules.Rules().Source()
+	v := a.cfg.Rules.Version()
+	if a.cfg.Store != nil && latest {
+		doc, sv, err := a.cfg.Store.Load(r.Context(), 0)
+		if err != nil {
+			return nil, "", 0, err
+		}
+		if sv > 0 {
+			src, v = doc, sv
+		}
+	}
 	doc := map[string]any{}
 	if err := yaml.Unmarshal(src, &doc); err != nil {
-		return nil, "", err
+		return nil, "", 0, err
+	}
+	if a.cfg.Store != nil {
+		return doc, fmt.Sprintf(`"v%d"`, v), v, nil
 	}
 	sum := sha256.Sum256(src)
-	return doc, `"` + hex.EncodeToString(sum[:8]) + `"`, nil
+	return doc, `"` + hex.EncodeToString(sum[:8]) + `"`, v, nil
 }
 
 // rulesOf is doc's rules.
@@ -112,7 +133,7 @@ func find(rs []any, name string) int {
 }
 
 func (a *api) list(w http.ResponseWriter, r *http.Request) {
-	doc, tag, err := a.document()
+	doc, tag, _, err := a.document(r, false)
 	if err != nil {
 		problem(w, http.StatusInternalServerError, err.Error())
 		return
@@ -121,7 +142,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) get(w http.ResponseWriter, r *http.Request) {
-	doc, tag, err := a.document()
+	doc, tag, _, err := a.document(r, false)
 	if err != nil {
 		problem(w, http.StatusInternalServerError, err.Error())
 		return
@@ -194,9 +215,9 @@ func (a *api) loadFactor(w http.ResponseWriter, r *http.Request) {
 func (a *api) change(w http.ResponseWriter, r *http.Request, edit func(doc map[string]any) int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	doc, tag, err := a.document()
+	doc, tag, version, err := a.document(r, true)
 	if err != nil {
-		problem(w, http.StatusInternalServerError, err.Error())
+		problem(w, http.StatusServiceUnavailable, "cannot read the rules: "+err.Error())
 		return
 	}
 	if m := r.Header.Get("If-Match"); m != "" && m != tag && m != "*" {
@@ -213,18 +234,29 @@ func (a *api) change(w http.ResponseWriter, r *http.Request, edit func(doc map[s
 		problem(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	set, err := rules.Parse("admin", src)
-	if err == nil {
-		err = a.cfg.Rules.Apply(set)
-	}
-	if err != nil {
-		problem(w, http.StatusBadRequest, err.Error())
-		return
+	if a.cfg.Store != nil {
+		if v, err := a.cfg.Rules.Publish(r.Context(), a.cfg.Store, src, version); err != nil {
+			code := http.StatusBadRequest
+			if v > version {
+				code = http.StatusConflict // another node's change came first
+			}
+			problem(w, code, err.Error())
+			return
+		}
+	} else {
+		set, err := rules.Parse("admin", src)
+		if err == nil {
+			err = a.cfg.Rules.Apply(set)
+		}
+		if err != nil {
+			problem(w, http.StatusBadRequest, err.Error())
+			return
+		}
 	}
 	if a.cfg.OnChange != nil {
-		a.cfg.OnChange(set.Source())
+		a.cfg.OnChange(a.cfg.Rules.Rules().Source())
 	}
-	doc, tag, err = a.document()
+	doc, tag, _, err = a.document(r, false)
 	if err != nil {
 		problem(w, http.StatusInternalServerError, err.Error())
 		return

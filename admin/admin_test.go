@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,12 +10,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/admin"
+	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -210,4 +215,51 @@ func TestCheck(t *testing.T) {
 	}
 	status, _, _ := call(t, "GET", url+"/v1/check", "")
 	assert.Equal(t, http.StatusMethodNotAllowed, status)
+}
+
+// TestAPIWithStore: with a Store (a real Redis), a change through one
+// node's API is saved there and followed by another node; the ETag is
+// the store's version.
+func TestAPIWithStore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	node := func() (*rules.Limiter, *global.Document) {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c})
+		require.NoError(t, err)
+		set, err := rules.Parse("start.yaml", []byte(start))
+		require.NoError(t, err)
+		l, err := hybrid.New(hybrid.Config{Policies: set.Policies()})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		rl, err := rules.New(l, set)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		store := r.Document("rules")
+		go func() { _ = rl.Follow(ctx, store, 10*time.Millisecond, nil) }()
+		return rl, store
+	}
+	a, store := node()
+	b, _ := node()
+	require.Eventually(t, func() bool { return a.Version() > 0 && b.Version() == a.Version() }, 5*time.Second, 5*time.Millisecond)
+	api, err := admin.New(admin.Config{Rules: a, Store: store, Authorize: func(*http.Request) error { return nil }})
+	require.NoError(t, err)
+	srvA := httptest.NewServer(api)
+	defer srvA.Close()
+	status, tag, _ := call(t, "GET", srvA.URL+"/admin/v1/rules", "")
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, `"v1"`, tag)
+	status, tag, body := call(t, "PUT", srvA.URL+"/admin/v1/rules/per-ip", `{"key": ["ip"], "limit": 9, "mode": "local", "window": "1h"}`, "If-Match", `"v1"`)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, `"v2"`, tag)
+	require.Eventually(t, func() bool { return b.Rules().Policies()[0].Limit == 9 }, time.Second, 5*time.Millisecond, "followed by the other node")
+	status, _, _ = call(t, "PUT", srvA.URL+"/admin/v1/rules/per-ip", `{"key": ["ip"], "limit": 8, "mode": "local", "window": "1h"}`, "If-Match", `"v1"`)
+	assert.Equal(t, http.StatusPreconditionFailed, status)
+	_, err = store.Save(context.Background(), b.Rules().Source(), 2) // another node's change, version 3
+	require.NoError(t, err)
+	status, tag, body = call(t, "PUT", srvA.URL+"/admin/v1/load_factor", `{"load_factor": 0.5}`)
+	assert.Equal(t, http.StatusOK, status, "made to the latest version (3), not the one a held: %s", body)
+	assert.Equal(t, `"v4"`, tag)
 }

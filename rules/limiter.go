@@ -28,6 +28,9 @@ type Limiter struct {
 	l       *hybrid.Limiter
 	set     atomic.Pointer[Set]
 	applyMu sync.Mutex
+	applies atomic.Uint64 // rules swapped: a request that raced a swap is decided again
+	version atomic.Uint64 // of the fleet's rules last applied (Follow, Publish)
+	fleetMu sync.Mutex    // a version is checked and applied in one step
 }
 
 // New returns a Limiter deciding with l against s. The Set's policies
@@ -101,6 +104,10 @@ func (r *Limiter) Apply(s *Set) error {
 		return fmt.Errorf("rules: %s: %w", s.file, err)
 	}
 	r.set.Store(s)
+	// Counted between the swap and the removal of the old rules'
+	// policies: a request that read the count before, and finds its
+	// policy gone, is decided again by the new rules.
+	r.applies.Add(1)
 	if err := r.l.SetPolicies(merge(have, old.policies, s.policies)); err != nil { // a subset: valid
 		return err
 	}
@@ -119,9 +126,9 @@ func (r *Limiter) Allow(req Request) (Verdict, error) { return r.AllowN(req, 1) 
 // keys), naming the rule; nothing is taken then.
 func (r *Limiter) AllowN(req Request, n int) (Verdict, error) {
 	for {
-		s := r.set.Load()
-		v, err := r.allowN(s, &req, n)
-		if errors.Is(err, hybrid.ErrNoPolicy) && r.set.Load() != s {
+		applies := r.applies.Load()
+		v, err := r.allowN(r.set.Load(), &req, n)
+		if errors.Is(err, hybrid.ErrNoPolicy) && r.applies.Load() != applies {
 			// Decided by rules an Apply has since replaced, whose
 			// policies it has removed: nothing was taken.
 			continue

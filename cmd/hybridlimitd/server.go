@@ -39,6 +39,7 @@ type server struct {
 	rules    *rules.Limiter // nil without --config
 	gossip   *gossip.Gossip // nil without --gossip-bind
 	redis    *redis.Client  // nil without --redis
+	store    rules.Store    // the fleet's rules, with --rules-in-redis
 	http     *http.Server
 	grpc     *grpc.Server // nil without --envoy-config
 	httpAddr net.Addr
@@ -122,7 +123,10 @@ func start(ctx context.Context, o *options, logger *slog.Logger) (*server, error
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	if s.rules != nil && s.fleetish {
+	switch {
+	case s.store != nil:
+		go func() { _ = s.rules.Follow(wctx, s.store, 250*time.Millisecond, logger) }()
+	case s.rules != nil && s.fleetish:
 		go func() { _ = s.rules.Watch(wctx, o.config, time.Second, logger) }()
 	}
 	logger.Info("hybridlimitd: serving", "http", s.httpAddr, "grpc", s.grpcAddr, "policies", len(policies))
@@ -139,6 +143,9 @@ func (s *server) fleets(ctx context.Context, o *options) (syncer, failover fleet
 			return nil, nil, err
 		}
 		syncer = r
+		if o.shared {
+			s.store = r.Document("rules")
+		}
 	}
 	if o.gossipBind != "" {
 		host, port, err := net.SplitHostPort(o.gossipBind)
@@ -196,7 +203,7 @@ func (s *server) serveHTTP(o *options, tlsConf *tls.Config) error {
 					return errors.New("a valid bearer token is required")
 				}
 				return nil
-			}, OnChange: func([]byte) { s.log.Info("hybridlimitd: rules changed through the API") }})
+			}, Store: s.store, OnChange: func([]byte) { s.log.Info("hybridlimitd: rules changed through the API") }})
 			if err != nil {
 				return err
 			}

@@ -207,3 +207,45 @@ func testFleet(t *testing.T, redisAddr string, bound int) {
 	assert.GreaterOrEqual(t, all, 450)
 	assert.LessOrEqual(t, two, bound)
 }
+
+// TestRulesInRedis: two hybridlimitd keep their rules in Redis; a rule
+// changed through one's API is in force on the other within a second.
+func TestRulesInRedis(t *testing.T) {
+	t.Parallel()
+	redisAddr := redistest.StartServer(t).Addr
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("s3cret"), 0o600))
+	var bases []string
+	var servers []*server
+	for i := range 2 {
+		o := &options{config: "../../docs/examples/rules.yaml", redis: redisAddr, shared: true, adminToken: token,
+			node: fmt.Sprint("n", i), httpAddr: "127.0.0.1:0", grace: time.Second, syncInterval: 100 * time.Millisecond}
+		s, err := start(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, s.shutdown()) })
+		bases, servers = append(bases, "http://"+s.httpAddr.String()), append(servers, s)
+	}
+	// The first node to follow seeds the store; a change made before is
+	// made to no version, and refused (409) once the seed is in.
+	require.Eventually(t, func() bool { return servers[0].rules.Version() == 1 && servers[1].rules.Version() == 1 }, 5*time.Second, 10*time.Millisecond)
+	limit := func(base string) string {
+		resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"ip": "192.0.2.99", "hits": 0}`))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	require.Eventually(t, func() bool { return strings.Contains(limit(bases[1]), `"limit":100`) }, 5*time.Second, 10*time.Millisecond)
+	req, err := http.NewRequest("PUT", bases[0]+"/admin/v1/rules/per-ip", strings.NewReader(`{"key": ["ip"], "limit": 7, "window": "1s"}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	changed := time.Now()
+	require.Eventually(t, func() bool { return strings.Contains(limit(bases[1]), `"limit":7`) }, time.Second, 10*time.Millisecond,
+		"the other node within a second")
+	t.Logf("in force on the other node after %v", time.Since(changed))
+}
