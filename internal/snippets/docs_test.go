@@ -18,6 +18,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/loadfactor"
 	"github.com/hybridlimit/hybridlimit/metrics"
 	"github.com/hybridlimit/hybridlimit/partition"
 	"github.com/hybridlimit/hybridlimit/rules"
@@ -112,4 +113,12 @@ func docsAdmin(rl *rules.Limiter, token, path string, mux *http.ServeMux) {
 	mux.Handle("/v1/check", admin.Check(rl))
 }
 
-var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability, docsRules, docsAdmin}
+// docs/policies.md, "The load factor"
+func docsLoadFactor(ctx context.Context, limiter *hybrid.Limiter, p99 func() time.Duration) {
+	go loadfactor.Run(ctx, loadfactor.Config{ // until ctx ends
+		Limiter: limiter,
+		Signal:  func() float64 { return min(1, 0.2/p99().Seconds()) }, // a 200 ms latency target
+	})
+}
+
+var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability, docsRules, docsAdmin, docsLoadFactor}
