@@ -65,7 +65,7 @@ func fleetMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.IntVar(&d.nodes, "nodes", 5, "nodes in the fleet")
 	fs.DurationVar(&d.sync, "sync", 100*time.Millisecond, "the sync interval")
 	fs.DurationVar(&d.duration, "duration", 30*time.Second, "how long to run")
-	fs.StringVar(&d.scenario, "scenario", "split", "split (one node cut off at 1/3, healed at 2/3) or steady")
+	fs.StringVar(&d.scenario, "scenario", "split", "split (one node cut off at 1/3, healed at 2/3), steady, or changes (a load factor of 0.5 at 1/3; back to 1 at 2/3, and the hot tenant upgraded to twice the limit)")
 	fs.StringVar(&d.redis, "redis", "", "sync through the Redis at this address, with gossip as the failover")
 	fs.BoolVar(&d.json, "json", false, "print the summary as JSON")
 	fs.Float64Var(&d.rate, "rate", 100, "requests per second offered to each node")

@@ -94,3 +94,19 @@ func TestFleetDemo(t *testing.T) {
 	assert.Equal(t, 1, fleetMain(context.Background(), []string{"--scenario", "nope"}, &out, &errOut))
 	assert.Equal(t, 2, fleetMain(context.Background(), []string{"--bogus"}, &out, &errOut))
 }
+
+// TestFleetDemoChanges: the changes scenario halves every limit at a
+// third of the run (a load factor) and, at two thirds, restores it and
+// upgrades the hot tenant to twice its limit; the table shows each limit
+// in force, and the hot tenant stays near the limit of the moment.
+func TestFleetDemoChanges(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	code := fleetMain(context.Background(), []string{"--nodes", "3", "--duration", "9s", "--rate", "100", "--limit", "40", "--scenario", "changes"}, &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
+	table := out.String()
+	for _, want := range []string{"(40)", "(20)", "(80)", "load factor 0.5", "hot upgraded to pro"} {
+		assert.Contains(t, table, want)
+	}
+	t.Log(table)
+}

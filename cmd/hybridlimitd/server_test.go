@@ -105,24 +105,24 @@ func TestHTTP(t *testing.T) {
 }
 
 // TestFleet: three hybridlimitd sharing limits over gossip, or through a
-// real Redis, offered twice a descriptor's limit (500 a second, a sliding
-// window) through their gRPC services; the busiest second once the key
-// is known to them (after its first second) and after one of them is
+// real Redis, offered twice a descriptor's limit (a token bucket of 500 a
+// second holding 500) through their gRPC services; the busiest second
+// from the third (the first two hold the bucket's burst: an ideal
+// limiter admits up to 1,000 in the first) and after one of them is
 // stopped (it says goodbye, and hands its leases back). The target is 5%
-// over the limit. Measured under -race, 7 runs: over Redis 500-506 once
-// known and 498-505 after the stop, with one run at 539; over gossip
-// 500-606 and 506-571. A key's first second ran 502-739 over either
-// (cold start: issues 20 and 22). The test holds Redis to 10% and gossip
-// to 30%, so that it catches breakage, not noise.
+// over the limit; measured under -race, Redis 538 and 525 after the
+// stop, gossip 516 and 539, and under a whole CI run Redis once 607. The
+// test holds Redis to 15% and gossip to 30%, to catch breakage, not
+// noise.
 func TestFleet(t *testing.T) {
 	if testing.Short() {
-		t.Skip("three servers driven for 6 s, twice")
+		t.Skip("three servers driven for 7 s, twice")
 	}
 	t.Parallel()
 	for _, via := range []string{"redis", "gossip"} {
 		t.Run(via, func(t *testing.T) {
 			t.Parallel()
-			bound := 550
+			bound := 575
 			redisAddr := ""
 			if via == "redis" {
 				redisAddr = redistest.StartServer(t).Addr
@@ -197,11 +197,11 @@ func testFleet(t *testing.T, redisAddr string, bound int) {
 		}
 		return best
 	}
-	at := drive([]int{0, 1, 2}, 4*time.Second)
-	first, all := busiest(at, 0, 1100*time.Millisecond), busiest(at, time.Second, 4*time.Second)
+	at := drive([]int{0, 1, 2}, 5*time.Second)
+	first, all := busiest(at, 0, 2*time.Second), busiest(at, 2*time.Second, 5*time.Second)
 	require.NoError(t, servers[2].shutdown())
 	two := busiest(drive([]int{0, 1}, 2*time.Second), 0, 2*time.Second)
-	t.Logf("%s: limit 500/s, offered 1,000/s: busiest second %d with three servers once the key is known (%d while new to them); %d with two after one stopped",
+	t.Logf("%s: limit 500/s, offered 1,000/s: busiest second %d with three servers from the third (%d in the first two, with the burst); %d with two after one stopped",
 		t.Name(), all, first, two)
 	assert.LessOrEqual(t, all, bound)
 	assert.GreaterOrEqual(t, all, 450)
