@@ -19,6 +19,7 @@ var (
 	_ store.LeaseShardDirectory = redisStore{}
 	_ store.Census              = redisStore{}
 	_ store.KeyLenLimiter       = redisStore{}
+	_ store.Resetter            = redisStore{}
 )
 
 func init() {

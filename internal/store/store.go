@@ -20,6 +20,13 @@ type StrictDecider interface {
 	Allow(ctx context.Context, key string, limit fleet.Limit, n int64) (Decision, error)
 }
 
+// Resetter forgets, for the whole fleet, what a key has spent.
+type Resetter interface {
+	// Reset deletes key's state in the store, its own and its shards':
+	// its next decision or lease starts from a full bucket.
+	Reset(ctx context.Context, key string) error
+}
+
 // StrictCharger counts in the fleet's store requests a node admitted for
 // Strict keys without it.
 type StrictCharger interface {
