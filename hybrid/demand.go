@@ -75,6 +75,17 @@ func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
 		h = min(l.cfg.Interval, k.policy().Window) + time.Duration(l.syncs.rtt)
 	}
 	d := max(ceil(k.rate*h.Seconds()*headroom), l.floor(k.policy(), k.nodes))
+	if !k.hasGrant.Load() && l.nodesHint.Load() > 1 {
+		// A new key's first sync in a fleet: the other nodes may have
+		// spent their starter credits (the floor while the fleet is not
+		// known) and not reported them yet, which the fleet cannot see. Its first lease is its own part of the burst, less
+		// what it has spent of it, so that the starters and the first
+		// leases together hold at most the burst; its next sync, asked
+		// for early if the lease runs low, asks for what it needs. (Two
+		// nodes, a burst of 100: the first to sync was leased the 50 the
+		// other's starter had already spent, and the key admitted 150.)
+		d = min(d, max(l.floor(k.policy(), k.nodes), l.starter(k.policy())-consumed))
+	}
 	if l.cfg.Shares == fleet.Equal {
 		if c := l.entitled(k, now, consumed); d > c {
 			d, k.capped = c, true
