@@ -22,8 +22,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
-// maxBody bounds a request's body.
-const maxBody = 1 << 20
+// maxBody bounds a request's body: one rule, or a check.
+const maxBody = 64 << 10
 
 // Config configures the rules API.
 type Config struct {
@@ -225,6 +225,7 @@ func (a *api) change(w http.ResponseWriter, r *http.Request, edit func(doc map[s
 		return
 	}
 	status := edit(doc)
+	doc = plain(doc).(map[string]any)
 	if status == http.StatusNotFound {
 		problem(w, http.StatusNotFound, fmt.Sprintf("no rule is named %q", r.PathValue("name")))
 		return
@@ -235,9 +236,9 @@ func (a *api) change(w http.ResponseWriter, r *http.Request, edit func(doc map[s
 		return
 	}
 	if a.cfg.Store != nil {
-		if v, err := a.cfg.Rules.Publish(r.Context(), a.cfg.Store, src, version); err != nil {
+		if _, err := a.cfg.Rules.Publish(r.Context(), a.cfg.Store, src, version); err != nil {
 			code := http.StatusBadRequest
-			if v > version {
+			if errors.Is(err, rules.ErrConflict) {
 				code = http.StatusConflict // another node's change came first
 			}
 			problem(w, code, err.Error())
@@ -280,12 +281,54 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// reply writes v as JSON with status and the document's ETag.
+// reply writes v as JSON with status and the document's ETag; JSON that
+// cannot be made is a 500, never a status with an empty body.
 func reply(w http.ResponseWriter, status int, tag string, v any) {
+	body, err := json.Marshal(plain(v))
+	if err != nil {
+		problem(w, http.StatusInternalServerError, "cannot write the rules as JSON: "+err.Error())
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("ETag", tag)
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// plain is v, decoded from YAML or JSON, with what JSON and YAML write
+// alike: mappings keyed by strings (YAML reads "1:" as a number) and
+// JSON's numbers as numbers (a body's "limit": 5 is 5 in the document,
+// not "5").
+func plain(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = plain(x)
+		}
+		return out
+	case map[any]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[fmt.Sprint(k)] = plain(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = plain(x)
+		}
+		return out
+	case json.Number:
+		if i, err := v.Int64(); err == nil {
+			return i
+		}
+		if f, err := v.Float64(); err == nil {
+			return f
+		}
+		return v.String()
+	}
+	return v
 }
 
 // problem writes an RFC 9457 problem with status and detail.

@@ -208,8 +208,9 @@ func TestCheck(t *testing.T) {
 	assert.True(t, got.Allowed)
 	assert.Equal(t, int64(3), got.Remaining, "a cost of 0 takes nothing")
 
-	for _, bad := range []string{`{"ip": "x", "hits": -1}`, `{"ip": "x", "hits": 1e12}`, `[1]`, `{"ip": 5}`, ``,
-		`{"ip": "` + strings.Repeat("x", 5000) + `"}`} {
+	long := `{"ip": "` + strings.Repeat("x", 5000) + `"}`
+	assert.True(t, check(t, url, long).Allowed, "a long part is limited like any other, not a 400 a gateway may let through")
+	for _, bad := range []string{`{"ip": "x", "hits": -1}`, `{"ip": "x", "hits": 1e12}`, `[1]`, `{"ip": 5}`, ``} {
 		status, _, body := call(t, "POST", url+"/v1/check", bad)
 		assert.Equal(t, http.StatusBadRequest, status, "%.40s: %s", bad, body)
 	}
@@ -262,4 +263,19 @@ func TestAPIWithStore(t *testing.T) {
 	status, tag, body = call(t, "PUT", srvA.URL+"/admin/v1/load_factor", `{"load_factor": 0.5}`)
 	assert.Equal(t, http.StatusOK, status, "made to the latest version (3), not the one a held: %s", body)
 	assert.Equal(t, `"v4"`, tag)
+}
+
+// TestAPIShapes: a rule whose tiers are named by numbers, and numbers
+// in a body, come back as JSON of the same shape, never a status with
+// an empty body.
+func TestAPIShapes(t *testing.T) {
+	t.Parallel()
+	url, _ := serve(t)
+	status, _, body := call(t, "PUT", url+"/admin/v1/rules/num", `{"key": ["tenant"], "mode": "local", "window": "1h", "default_tier": "1",
+		"tiers": {"1": {"limit": 4}, "2": {"limit": 5}}}`)
+	require.Equal(t, http.StatusCreated, status, body)
+	assert.Contains(t, body, `"limit":4`, "a number, not a string")
+	status, _, body = call(t, "GET", url+"/admin/v1/rules/num", "")
+	require.Equal(t, http.StatusOK, status)
+	assert.Contains(t, body, `"1":{"limit":4}`)
 }

@@ -2,7 +2,10 @@ package global
 
 import (
 	"context"
+	"errors"
 	"strconv"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 )
@@ -25,10 +28,13 @@ func (r redisStore) Reset(ctx context.Context, key string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	if v, err := r.cfg.Client.Get(ctx, base+"shards").Result(); err == nil {
+	switch v, err := r.cfg.Client.Get(ctx, base+"shards").Result(); {
+	case err == nil:
 		if n, err := strconv.Atoi(v); err == nil && n > 1 && n <= fleet.MaxShards {
 			counts[n] = true
 		}
+	case !errors.Is(err, redis.Nil):
+		return r.failed(r.addr, key, err).err // unknown shards would survive the reset
 	}
 	keys := []string{base + "lease", base + "gcra", base + "sw", base + "shards", base + "lshards"}
 	for n := range counts {

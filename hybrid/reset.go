@@ -23,27 +23,25 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		p.local.Delete(key)
 		return nil
 	}
+	// Under the sync lock, so that no sync of this node reports the key's
+	// old spending to the store between the two.
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
 	v, held := l.keys.Load(key)
 	p := l.resolve(l.policies(), key)
 	if held {
-		p = v.(*keyState).policy()
-	}
-	var err error
-	if p != nil && p.Mode != Local {
-		if r, ok := store.Of(l.cfg.Syncer).(store.Resetter); ok {
-			err = r.Reset(ctx, key)
-		} else {
-			err = fmt.Errorf("hybrid: Reset(%q): the Syncer (%T) cannot reset a key for the fleet; this node's state is reset: %w", key, l.cfg.Syncer, errors.ErrUnsupported)
-		}
-	}
-	if held {
 		k := v.(*keyState)
-		l.syncMu.Lock()
-		if k.policy().local != nil {
-			k.policy().local.Delete(key) // a Local key's bucket, or a fail-static one
+		p = k.policy()
+		if p.local != nil {
+			p.local.Delete(key) // a Local key's bucket, or a fail-static one
 		}
 		l.forget(k)
-		l.syncMu.Unlock()
 	}
-	return err
+	if p == nil || p.Mode == Local {
+		return nil
+	}
+	if r, ok := store.Of(l.cfg.Syncer).(store.Resetter); ok {
+		return r.Reset(ctx, key)
+	}
+	return fmt.Errorf("hybrid: Reset(%q): the Syncer (%T) cannot reset a key for the fleet; this node's state is reset: %w", key, l.cfg.Syncer, errors.ErrUnsupported)
 }

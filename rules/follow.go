@@ -2,9 +2,15 @@ package rules
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 )
+
+// ErrConflict is wrapped by Publish's error when another version was
+// saved since the one the change was made to: make it again to that one.
+var ErrConflict = errors.New("rules: the fleet's rules changed since they were read")
 
 // Store holds a rules document a fleet shares, with a version that only
 // goes up: any node saves it, every node follows it.
@@ -100,9 +106,10 @@ func (r *Limiter) Version() uint64 { return r.version.Load() }
 // after prev, and applies it here, so that every node following store
 // applies it next. It returns the new version. A document that does not
 // parse is neither saved nor applied; when another version was saved
-// since prev, nothing is, and Publish returns that version with Save's
-// error (make the change again to it). A document the Limiter refuses
-// once saved (a Strict rule without a Redis fleet) is an error too.
+// since prev, nothing is, and Publish returns that version with an error
+// wrapping ErrConflict (make the change again to it). A document the
+// Limiter refuses once saved (a Strict rule without a Redis fleet) is an
+// error too, but not ErrConflict: it is the fleet's latest version.
 func (r *Limiter) Publish(ctx context.Context, store Store, doc []byte, prev uint64) (uint64, error) {
 	s, err := Parse("fleet", doc)
 	if err != nil {
@@ -112,6 +119,9 @@ func (r *Limiter) Publish(ctx context.Context, store Store, doc []byte, prev uin
 	defer r.fleetMu.Unlock()
 	v, err := store.Save(ctx, doc, prev)
 	if err != nil {
+		if v > prev {
+			return v, fmt.Errorf("%w: %w", ErrConflict, err)
+		}
 		return v, err
 	}
 	r.version.Store(v)

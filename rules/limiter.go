@@ -89,9 +89,9 @@ func (r *Limiter) Rules() *Set { return r.set.Load() }
 // as SetPolicies changes them: keys in use keep what they have spent. A
 // request decided during the change is decided by the old rules or the
 // new, never refused for a policy that is neither: the policies of both
-// are in force while the rules are swapped. On an error (a policy the
-// hybrid.Limiter refuses, as a Strict rule without a Redis fleet)
-// nothing changes.
+// are in force while the rules are swapped. An error from the
+// hybrid.Limiter (a policy it refuses, as a Strict rule without a Redis
+// fleet) comes before the swap: nothing changes.
 func (r *Limiter) Apply(s *Set) error {
 	if s == nil {
 		return errors.New("rules: Apply needs a Set")
@@ -138,6 +138,32 @@ func (r *Limiter) AllowN(req Request, n int) (Verdict, error) {
 }
 
 func (r *Limiter) allowN(s *Set, req *Request, n int) (Verdict, error) {
+	// The rules that cannot give back are asked first what they have
+	// left: a request one of them would refuse is decided by that one
+	// alone, so that it takes nothing from the others. (Without, nine
+	// requests refused by a tenant's limit spent a shared window's ten
+	// behind it, and locked every tenant out of the endpoint.)
+	var early []*rule // taken while asked: not taken again
+	var earlyRes []*hybrid.Reservation
+	for _, ru := range s.rules {
+		if !ru.last {
+			continue
+		}
+		key, policy, ok := ru.keyOf(req)
+		if !ok {
+			continue
+		}
+		if d, err := r.l.AllowN(key, 0); err == nil && d.Remaining() < int64(n) {
+			res, err := r.l.TakeN(key, n)
+			if d := res.Decision(); err != nil || !d.Allowed() {
+				if err != nil {
+					err = fmt.Errorf("rules: rule %q: %w", policy, err)
+				}
+				return Verdict{Decision: d, Policy: policy}, err
+			}
+			early, earlyRes = append(early, ru), append(earlyRes, res) // admitted after all (shadow, or refilled)
+		}
+	}
 	var held [4]*hybrid.Reservation
 	taken := held[:0]
 	var v Verdict
@@ -147,7 +173,13 @@ func (r *Limiter) allowN(s *Set, req *Request, n int) (Verdict, error) {
 		if !ok {
 			continue
 		}
-		res, err := r.l.TakeN(key, n)
+		var res *hybrid.Reservation
+		var err error
+		if i := slices.Index(early, ru); i >= 0 {
+			res = earlyRes[i]
+		} else {
+			res, err = r.l.TakeN(key, n)
+		}
 		d := res.Decision()
 		if err != nil || !d.Allowed() {
 			for _, t := range taken {

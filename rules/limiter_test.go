@@ -3,9 +3,13 @@ package rules_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -258,4 +262,46 @@ func TestOtherPoliciesStay(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2, n)
+}
+
+// TestHostileRequests: requests shaped to get past a limit or to lock
+// others out. A tenant refused by its own window takes nothing from a
+// window every tenant shares behind it; a tier the rule does not list
+// takes the default tier's bucket, not one of its own; a part too long to
+// keep is hashed and limited, not refused as an error, and cannot be
+// forged by a part that looks like a hash.
+func TestHostileRequests(t *testing.T) {
+	t.Parallel()
+	r := newLimiter(t, `
+defaults: {mode: local, window: 1h, algorithm: fixedwindow}
+rules:
+  - {name: shared, key: [endpoint], limit: 10}
+  - {name: tenant, key: [tenant], limit: 1}
+  - name: tiered
+    key: [ip, tier]
+    default_tier: free
+    tiers: {free: {limit: 2}}
+`)
+	assert.Equal(t, 1, admitted(t, r, rules.Request{Tenant: "evil", Endpoint: "/x"}, 10))
+	assert.Equal(t, 1, admitted(t, r, rules.Request{Tenant: "good", Endpoint: "/x"}, 1), "the shared window was not spent by refusals")
+
+	n := 0
+	for i := range 10 {
+		v, err := r.Allow(rules.Request{IP: "192.0.2.1", Tier: fmt.Sprint("bogus", i)})
+		require.NoError(t, err)
+		if v.Allowed() {
+			n++
+		}
+	}
+	assert.Equal(t, 2, n, "unknown tiers share the default tier's bucket")
+
+	long := strings.Repeat("x", 5000)
+	v, err := r.Allow(rules.Request{Tenant: long})
+	require.NoError(t, err, "a long part is hashed, not an error")
+	assert.True(t, v.Allowed())
+	v, err = r.Allow(rules.Request{Tenant: long})
+	require.NoError(t, err)
+	assert.False(t, v.Allowed(), "and limited")
+	sum := sha256.Sum256([]byte(long))
+	assert.Equal(t, 1, admitted(t, r, rules.Request{Tenant: "#" + hex.EncodeToString(sum[:])}, 1), "a part shaped like the hash is a key of its own")
 }

@@ -22,7 +22,7 @@ var ErrInvalid = errors.New("rules: invalid rules file")
 // Bounds on what a rules file may hold, so that a file written by
 // mistake (or by someone hostile) cannot take the node's memory.
 const (
-	maxFileSize = 1 << 20
+	maxFileSize = 256 << 10 // a 1 MiB flow list took 126 MiB to parse
 	maxRules    = 4096
 	maxTiers    = 64
 	maxNameLen  = 64

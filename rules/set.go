@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
@@ -155,40 +157,54 @@ func (r *rule) applies(endpoint string) bool {
 
 // keyOf is r's key for req, and the name of the policy it falls under;
 // false if r does not apply to req or a part its key needs is empty.
-// Parts are joined by '|', and a '|' or '\' within a part is escaped
-// with '\', so that no two requests' parts make one key.
+// Parts are joined by '|', and a '|', '#' or '\' within a part is
+// escaped with '\', so that no two requests' parts make one key. A key
+// whose parts are longer than maxParts is the prefix, '#' and their
+// SHA-256, so that a client padding a header is limited like any other
+// rather than refused as an error (a gateway may let an error through).
+// A tiered rule's key takes the tier it resolved to, so that a request
+// naming a tier the rule does not list cannot start a bucket of its own.
 func (r *rule) keyOf(req *Request) (key, policy string, ok bool) {
 	if !r.applies(req.Endpoint) {
 		return "", "", false
 	}
-	prefix, policy := r.name+":", r.name
+	prefix, policy, tier := r.name+":", r.name, req.Tier
 	if r.tiers != nil {
-		tier := req.Tier
 		if _, known := r.tiers[tier]; !known {
 			tier = r.defaultTier
 		}
 		prefix, policy = r.tiers[tier], r.name+"/"+tier
 	}
 	var b strings.Builder
-	b.WriteString(prefix)
 	for i, q := range r.key {
 		v := q.of(req)
+		if q == tierPart {
+			v = tier
+		}
 		if v == "" {
 			return "", "", false
 		}
 		if i > 0 {
 			b.WriteByte('|')
 		}
-		if !strings.ContainsAny(v, `|\`) {
+		if !strings.ContainsAny(v, `|\#`) {
 			b.WriteString(v)
 			continue
 		}
 		for j := 0; j < len(v); j++ {
-			if v[j] == '|' || v[j] == '\\' {
+			if v[j] == '|' || v[j] == '\\' || v[j] == '#' {
 				b.WriteByte('\\')
 			}
 			b.WriteByte(v[j])
 		}
 	}
-	return b.String(), policy, true
+	if b.Len() > maxParts {
+		sum := sha256.Sum256([]byte(b.String()))
+		return prefix + "#" + hex.EncodeToString(sum[:]), policy, true
+	}
+	return prefix + b.String(), policy, true
 }
+
+// maxParts is the longest a key's parts are kept as they are: with a
+// rule's prefix, under hybrid's default MaxKeyLen (256).
+const maxParts = 160

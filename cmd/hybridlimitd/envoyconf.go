@@ -194,9 +194,12 @@ func (c *envoyConfig) limitOf(file, path string, r *envoyLimit, shadow bool) (*l
 		l.replaces = append(l.replaces, x.Name)
 	}
 	if !l.unlimited && l.rpu > 0 {
-		// Prefixes of digits and ':' never start one another.
-		l.prefix = fmt.Sprintf("rls%d:", len(c.policies))
-		c.policies = append(c.policies, hybrid.Policy{Name: path, Prefix: l.prefix, Algorithm: local.TokenBucket,
+		// '%' is in no rule's name nor ':' in a rules policy's name
+		// (package rules), so a rules file beside the configuration, or
+		// the rules API, reaches neither these prefixes nor these names;
+		// and prefixes of digits and ':' never start one another.
+		l.prefix = fmt.Sprintf("%%rls%d:", len(c.policies))
+		c.policies = append(c.policies, hybrid.Policy{Name: "envoy:" + path, Prefix: l.prefix, Algorithm: local.TokenBucket,
 			Limit: int64(l.rpu), Window: window, Shadow: shadow})
 	}
 	return l, nil

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"math"
 	"strconv"
@@ -95,8 +97,10 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		}
 		st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{Name: a.lim.name, RequestsPerUnit: a.lim.rpu, Unit: a.lim.unit}
 		if a.lim.rpu == 0 {
-			st.Code = rlspb.RateLimitResponse_OVER_LIMIT // 0 a unit: every request is over
-			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			if !a.lim.shadow { // 0 a unit: every request is over, but in shadow mode
+				st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			}
 			continue
 		}
 		n := hits[i]
@@ -104,12 +108,16 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 			n = 0 // over some limit: take from none, and tell each where it stands
 		}
 		res, err := s.l.TakeN(a.key, n)
+		if errors.Is(err, hybrid.ErrTooManyKeys) {
+			// A flood of distinct values fills the table: over the limit,
+			// not an error, which Envoy would let through (its
+			// failure_mode_deny is false by default).
+			st.Code, resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT, rlspb.RateLimitResponse_OVER_LIMIT
+			continue
+		}
 		if err != nil {
 			cancelAll(took)
-			if errors.Is(err, hybrid.ErrTooManyKeys) {
-				return nil, status.Errorf(codes.ResourceExhausted, "descriptor %d: %v", i, err)
-			}
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+			return nil, status.Errorf(codes.Internal, "descriptor %d: %v", i, err)
 		}
 		d := res.Decision()
 		st.LimitRemaining = uint32(min(max(d.Remaining(), 0), math.MaxUint32))
@@ -194,12 +202,28 @@ func (s *rls) check(req *rlspb.RateLimitRequest) (*node, []int, error) {
 }
 
 // keyOf is the key of entries under a limit: each entry's key and value,
-// '.' and '\' escaped in either, so that no two descriptors share one.
+// '.', '=' and '\' escaped in either, so that no two descriptors share
+// one; a key longer than maxKey is its SHA-256, so that a client padding
+// a header's value is limited like any other, never refused as an error
+// (which Envoy lets through).
 func keyOf(entries []entry) string {
+	k := joinEntries(entries)
+	if len(k) <= maxKey {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "#" + hex.EncodeToString(sum[:]) // '#' starts no escaped entry: keys start with a key's first byte, and empty keys are refused
+}
+
+// maxKey is the longest descriptor key kept as it is; with its prefix it
+// stays under hybrid's default MaxKeyLen (256).
+const maxKey = 200
+
+func joinEntries(entries []entry) string {
 	var b strings.Builder
 	esc := func(s string) {
 		for i := 0; i < len(s); i++ {
-			if s[i] == '.' || s[i] == '\\' || s[i] == '=' {
+			if s[i] == '.' || s[i] == '\\' || s[i] == '=' || s[i] == '#' {
 				b.WriteByte('\\')
 			}
 			b.WriteByte(s[i])

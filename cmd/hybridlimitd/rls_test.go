@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +19,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	hlrules "github.com/hybridlimit/hybridlimit/rules"
 )
+
+// rulesRequest is a rules request whose tenant and IP are s: what a
+// client could send to the HTTP check to reach an Envoy limit's key.
+func rulesRequest(s string) hlrules.Request { return hlrules.Request{Tenant: s, IP: s} }
 
 // startRLS starts hybridlimitd with o (loopback ports) and returns a
 // real gRPC client of its rate limit service.
@@ -171,4 +179,34 @@ func TestEnvoyConfigRefused(t *testing.T) {
 		c := &envoyConfig{domains: map[string]*node{}}
 		assert.ErrorContains(t, c.add("f.yaml", []byte(tt.file)), tt.want, tt.file)
 	}
+}
+
+// TestEnvoyHostile: a padded descriptor value is limited, not an error
+// (which Envoy lets through); a shadow limit of 0 a unit answers OK; and
+// a rule of the rules file, or the rules API, cannot reach the Envoy
+// limits' keys or names.
+func TestEnvoyHostile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(`domain: d
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 0}
+`), 0o600))
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(rules, []byte("rules:\n  - {name: rls0, key: [tenant], limit: 1000, window: 1h}\n  - {name: d.remote_address, key: [ip], limit: 1000, window: 1h}\n"), 0o600))
+	c, s := startRLS(t, &options{envoy: []string{dir}, config: rules})
+	padded := &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*commonpb.RateLimitDescriptor{desc("remote_address=" + strings.Repeat("a", 300))}}
+	assert.Equal(t, "..xx", answers(t, c, padded, 4), "limited like any other value")
+	shadow := &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*commonpb.RateLimitDescriptor{desc("shadowed=x")}}
+	assert.Equal(t, "..", answers(t, c, shadow, 2))
+	victim := &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*commonpb.RateLimitDescriptor{desc("remote_address=9.9.9.9")}}
+	for range 5 {
+		_, err := s.rules.Allow(rulesRequest("remote_address=9.9.9.9"))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, "..xx", answers(t, c, victim, 4), "the rules' policies are not the Envoy limits'")
 }

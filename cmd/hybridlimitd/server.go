@@ -49,7 +49,8 @@ type server struct {
 	cancel   context.CancelFunc
 	grace    time.Duration
 	once     sync.Once
-	done     error // shutdown's
+	done     error          // shutdown's
+	loops    sync.WaitGroup // Follow, Watch
 }
 
 // start builds and starts a server for o; the servers run until
@@ -125,9 +126,9 @@ func start(ctx context.Context, o *options, logger *slog.Logger) (*server, error
 	s.cancel = cancel
 	switch {
 	case s.store != nil:
-		go func() { _ = s.rules.Follow(wctx, s.store, 250*time.Millisecond, logger) }()
+		s.loops.Go(func() { _ = s.rules.Follow(wctx, s.store, 250*time.Millisecond, logger) })
 	case s.rules != nil && s.fleetish:
-		go func() { _ = s.rules.Watch(wctx, o.config, time.Second, logger) }()
+		s.loops.Go(func() { _ = s.rules.Watch(wctx, o.config, time.Second, logger) })
 	}
 	logger.Info("hybridlimitd: serving", "http", s.httpAddr, "grpc", s.grpcAddr, "policies", len(policies))
 	return s, nil
@@ -285,6 +286,11 @@ func (s *server) shutdown() error {
 
 func (s *server) stop() error {
 	s.stopping.Store(true)
+	// A third of the grace (at most 5 s) with /readyz failing and the
+	// listeners open, for load balancers and Envoy to see it and send
+	// elsewhere: closed at once, they meet refused connections, which
+	// Envoy lets through by default.
+	time.Sleep(min(s.grace/3, 5*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), s.grace)
 	defer cancel()
 	var errs []error
@@ -298,7 +304,7 @@ func (s *server) stop() error {
 		}
 	}
 	if err := s.http.Shutdown(ctx); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, err, s.http.Close()) // handlers still running: cut them before the limiter closes
 	}
 	errs = append(errs, s.close())
 	return errors.Join(errs...)
@@ -309,6 +315,7 @@ func (s *server) close() error {
 	if s.cancel != nil {
 		s.cancel()
 	}
+	s.loops.Wait() // no Apply on a closed limiter
 	var err error
 	if s.limiter != nil {
 		err = s.limiter.Close()

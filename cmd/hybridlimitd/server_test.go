@@ -116,7 +116,7 @@ func TestHTTP(t *testing.T) {
 // noise.
 func TestFleet(t *testing.T) {
 	if testing.Short() {
-		t.Skip("three servers driven for 7 s, twice")
+		t.Skip("three servers driven for 8 s, twice")
 	}
 	t.Parallel()
 	for _, via := range []string{"redis", "gossip"} {
@@ -200,7 +200,9 @@ func testFleet(t *testing.T, redisAddr string, bound int) {
 	at := drive([]int{0, 1, 2}, 5*time.Second)
 	first, all := busiest(at, 0, 2*time.Second), busiest(at, 2*time.Second, 5*time.Second)
 	require.NoError(t, servers[2].shutdown())
-	two := busiest(drive([]int{0, 1}, 2*time.Second), 0, 2*time.Second)
+	// From its second second: the stop's drain leaves the bucket idle a
+	// moment, and what it refills meanwhile is spent in the first.
+	two := busiest(drive([]int{0, 1}, 3*time.Second), time.Second, 3*time.Second)
 	t.Logf("%s: limit 500/s, offered 1,000/s: busiest second %d with three servers from the third (%d in the first two, with the burst); %d with two after one stopped",
 		t.Name(), all, first, two)
 	assert.LessOrEqual(t, all, bound)
