@@ -34,11 +34,20 @@ func (r *Redis) Document(name string) *Document {
 }
 
 var (
+	// The first version is Redis's time in µs, each after it one more:
+	// a document saved again after Redis lost it (a FLUSH, a failover to
+	// a replica that lagged) starts above every version saved before, so
+	// that nodes still holding one take it.
 	saveDocument = redis.NewScript(storedNum + `
 local v = whole(redis.call('HGET', KEYS[1], 'v'), 'v', 0) or 0
 if v ~= tonumber(ARGV[1]) then return {0, v} end
-redis.call('HSET', KEYS[1], 'v', v + 1, 'doc', ARGV[2])
-return {1, v + 1}
+local n = v + 1
+if v == 0 then
+  local t = redis.call('TIME')
+  n = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+redis.call('HSET', KEYS[1], 'v', n, 'doc', ARGV[2])
+return {1, n}
 `)
 	loadDocument = redis.NewScript(storedNum + `
 local v = whole(redis.call('HGET', KEYS[1], 'v'), 'v', 0) or 0
@@ -49,9 +58,11 @@ return {v, redis.call('HGET', KEYS[1], 'doc') or ''}
 )
 
 // Save stores doc as the version after prev, the version it was made
-// from (0 if there was none), and returns the new version; if another
-// version was saved since prev, it stores nothing and returns the stored
-// version with an error wrapping ErrVersion.
+// from (0 if there was none), and returns the new version: one more
+// than prev, or, for the first, Redis's time in microseconds, so that a
+// document saved anew after Redis lost it is above every version before.
+// If another version was saved since prev, it stores nothing and returns
+// the stored version with an error wrapping ErrVersion.
 func (d *Document) Save(ctx context.Context, doc []byte, prev uint64) (uint64, error) {
 	if len(doc) > maxDocument {
 		return 0, fmt.Errorf("%w: a document of %d bytes; at most %d", fleet.ErrInvalid, len(doc), maxDocument)

@@ -28,7 +28,7 @@ func TestDocument(t *testing.T) {
 
 	v1, err := a.Save(ctx, []byte("one"), 0)
 	require.NoError(t, err)
-	assert.Equal(t, uint64(1), v1)
+	assert.Greater(t, v1, uint64(1_700_000_000_000_000), "the first version is Redis's time in µs")
 	doc, v, err = b.Load(ctx, 0)
 	require.NoError(t, err)
 	assert.Equal(t, "one", string(doc))
@@ -49,6 +49,13 @@ func TestDocument(t *testing.T) {
 
 	_, err = a.Save(ctx, make([]byte, 1<<20+1), v2)
 	assert.ErrorIs(t, err, fleet.ErrInvalid)
+
+	// Redis loses it (a FLUSH, a failover to a lagging replica): saved
+	// anew, it is above every version before, which nodes take.
+	require.NoError(t, s.Client(t).FlushAll(ctx).Err())
+	v3, err := a.Save(ctx, []byte("three"), 0)
+	require.NoError(t, err)
+	assert.Greater(t, v3, v2)
 }
 
 // TestDocumentCorrupt: a document hash holding what no script writes

@@ -229,7 +229,10 @@ func TestRulesInRedis(t *testing.T) {
 	}
 	// The first node to follow seeds the store; a change made before is
 	// made to no version, and refused (409) once the seed is in.
-	require.Eventually(t, func() bool { return servers[0].rules.Version() == 1 && servers[1].rules.Version() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		v := servers[0].rules.Version()
+		return v > 0 && servers[1].rules.Version() == v
+	}, 5*time.Second, 10*time.Millisecond)
 	limit := func(base string) string {
 		resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"ip": "192.0.2.99", "hits": 0}`))
 		require.NoError(t, err)
