@@ -76,8 +76,10 @@ func TestSetLoadFactorLocal(t *testing.T) {
 // a limit of 1,000/s; every node sets a load factor of 0.5 at 1.5 s and
 // 1 again at 4 s, against an ideal single limiter changed alike (see
 // checkChanges).
+//
+// Not parallel with the package's other tests: beside them its busiest
+// second after the change once ran 530 against 525 (the fleet's 5%).
 func TestLoadFactorOnARunningFleet(t *testing.T) {
-	t.Parallel()
 	s := redistest.StartServer(t)
 	p := hybrid.Policy{Name: "api", Limit: 1000, Window: time.Second}
 	nodes := redisFleet(t, s, 4, fleet.DemandWeighted, p)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	hlrules "github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -37,7 +39,13 @@ func startRLS(t testing.TB, o *options) (rlspb.RateLimitServiceClient, *server) 
 	}
 	s, err := start(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, s.shutdown()) })
+	t.Cleanup(func() {
+		// The last node of a fleet cannot hand its leases back to a
+		// fleet that has left: that, and only that, may fail.
+		if err := s.shutdown(); err != nil && !errors.Is(err, fleet.ErrUnreachable) {
+			t.Error(err)
+		}
+	})
 	conn, err := grpc.NewClient(s.grpcAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
