@@ -15,8 +15,10 @@ import (
 // Load it again and redo the change.
 var ErrVersion = errors.New("global: the document changed since it was read; load it again")
 
-// maxDocument bounds a document, written or read.
-const maxDocument = 1 << 20
+// maxDocument bounds a document, written or read: a rules file's bound
+// (package rules), since a node parses what it loads, and a 1 MiB YAML
+// document took 126 MiB to parse.
+const maxDocument = 256 << 10
 
 // Document is a document a fleet shares through Redis, such as its rules
 // file: any node saves it, every node loads it, and its version, which

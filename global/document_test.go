@@ -47,7 +47,7 @@ func TestDocument(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "two", string(doc), "nothing stored")
 
-	_, err = a.Save(ctx, make([]byte, 1<<20+1), v2)
+	_, err = a.Save(ctx, make([]byte, 256<<10+1), v2)
 	assert.ErrorIs(t, err, fleet.ErrInvalid)
 
 	// Redis loses it (a FLUSH, a failover to a lagging replica): saved
@@ -68,7 +68,7 @@ func TestDocumentCorrupt(t *testing.T) {
 	ctx := context.Background()
 	for _, bad := range []map[string]any{
 		{"v": "abc"}, {"v": "-1"}, {"v": "2.5"}, {"v": "1e300"},
-		{"v": "3", "doc": strings.Repeat("x", 1<<20+1)},
+		{"v": "3", "doc": strings.Repeat("x", 256<<10+1)},
 	} {
 		require.NoError(t, c.Del(ctx, "hl:doc:{rules}").Err())
 		require.NoError(t, c.HSet(ctx, "hl:doc:{rules}", bad).Err())

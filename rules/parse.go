@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,7 +102,7 @@ func (p *parser) fields(n *yaml.Node, field string, known ...string) (map[string
 		if v.Kind == yaml.AliasNode || k.Kind == yaml.AliasNode {
 			return nil, p.fault(v, field+"."+k.Value, "aliases are not allowed")
 		}
-		if !contains(known, k.Value) {
+		if !slices.Contains(known, k.Value) {
 			return nil, p.fault(k, field, "unknown field %q; known: %s", clip(k.Value), strings.Join(known, ", "))
 		}
 		if _, dup := out[k.Value]; dup {
@@ -110,15 +111,6 @@ func (p *parser) fields(n *yaml.Node, field string, known ...string) (map[string
 		out[k.Value] = v
 	}
 	return out, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // clip quotes at most 64 bytes of s in an error.
