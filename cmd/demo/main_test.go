@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +111,19 @@ func TestFleetDemoChanges(t *testing.T) {
 		assert.Contains(t, table, want)
 	}
 	t.Log(table)
+	// What the hot tenant was admitted in each second under each limit,
+	// but the first (the row of the change): at most half again the
+	// limit, and under the pro tier more than the old limit.
+	rows := map[int64][]int64{}
+	for _, m := range regexp.MustCompile(`(?m) (\d+) \((\d+)\)`).FindAllStringSubmatch(table, -1) {
+		got, _ := strconv.ParseInt(m[1], 10, 64)
+		limit, _ := strconv.ParseInt(m[2], 10, 64)
+		rows[limit] = append(rows[limit], got)
+	}
+	require.GreaterOrEqual(t, len(rows[20]), 2)
+	require.GreaterOrEqual(t, len(rows[80]), 2)
+	for _, got := range rows[20][1:] {
+		assert.LessOrEqual(t, got, int64(30), "under the load factor")
+	}
+	assert.Greater(t, slices.Max(rows[80][1:]), int64(40), "the pro tier is used")
 }
