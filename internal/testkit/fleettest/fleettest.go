@@ -71,14 +71,14 @@ type Arrival struct {
 
 // Drive drives each of nodes with its own goroutines, offering rates[i]
 // requests per second of key for d, and collects every arrival.
-func Drive(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, d time.Duration) *Run {
+func Drive(t testing.TB, nodes []*hybrid.Limiter, key string, rates []float64, d time.Duration) *Run {
 	t.Helper()
 	return DriveUntil(t, nodes, key, rates, func(now time.Duration) bool { return now >= d })
 }
 
 // DriveUntil is Drive until done, which is called about once a
 // millisecond with the time since the start, returns true.
-func DriveUntil(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float64, done func(now time.Duration) bool) *Run {
+func DriveUntil(t testing.TB, nodes []*hybrid.Limiter, key string, rates []float64, done func(now time.Duration) bool) *Run {
 	t.Helper()
 	return drive(t, nodes, key, func(i int, now time.Duration) float64 { return rates[i] * now.Seconds() }, done)
 }
@@ -87,12 +87,37 @@ func DriveUntil(t *testing.T, nodes []*hybrid.Limiter, key string, rates []float
 // how many requests node i should have been offered in all by now, the
 // time since the start. A step in due is a burst: its requests are
 // offered back to back.
-func DriveLoad(t *testing.T, nodes []*hybrid.Limiter, key string, due func(i int, now time.Duration) float64, d time.Duration) *Run {
+func DriveLoad(t testing.TB, nodes []*hybrid.Limiter, key string, due func(i int, now time.Duration) float64, d time.Duration) *Run {
 	t.Helper()
 	return drive(t, nodes, key, due, func(now time.Duration) bool { return now >= d })
 }
 
-func drive(t *testing.T, nodes []*hybrid.Limiter, key string, due func(i int, now time.Duration) float64, done func(now time.Duration) bool) *Run {
+// Decider decides one request on one node of a fleet that is not made
+// of hybrid Limiters (a peer's, in the benchmarks module): whether it was
+// admitted, or why it could not be decided.
+type Decider func() (bool, error)
+
+// DriveDeciders is DriveLoad for fleets of any kind: node i decides with
+// nodes[i], and due(i, now) is how many requests it should have been
+// offered by now.
+func DriveDeciders(t testing.TB, nodes []Decider, due func(i int, now time.Duration) float64, d time.Duration) *Run {
+	t.Helper()
+	return driveDeciders(t, nodes, due, func(now time.Duration) bool { return now >= d })
+}
+
+func drive(t testing.TB, nodes []*hybrid.Limiter, key string, due func(i int, now time.Duration) float64, done func(now time.Duration) bool) *Run {
+	t.Helper()
+	deciders := make([]Decider, len(nodes))
+	for i, l := range nodes {
+		deciders[i] = func() (bool, error) {
+			dec, err := l.Allow(key)
+			return dec.Allowed(), err
+		}
+	}
+	return driveDeciders(t, deciders, due, done)
+}
+
+func driveDeciders(t testing.TB, nodes []Decider, due func(i int, now time.Duration) float64, done func(now time.Duration) bool) *Run {
 	t.Helper()
 	const perNode = 2 // goroutines per node
 	run := &Run{Start: time.Now(), ByNode: make([][]int64, len(nodes))}
@@ -105,7 +130,7 @@ func drive(t *testing.T, nodes []*hybrid.Limiter, key string, due func(i int, no
 		}
 		stop.Store(true)
 	})
-	for i, l := range nodes {
+	for i, allow := range nodes {
 		for range perNode {
 			wg.Go(func() {
 				var offered, admitted []int64
@@ -118,14 +143,14 @@ func drive(t *testing.T, nodes []*hybrid.Limiter, key string, due func(i int, no
 						start := time.Now()
 						at := int64(start.Sub(run.Start))
 						offered = append(offered, at)
-						dec, err := l.Allow(key)
+						ok, err := allow()
 						took = append(took, time.Since(start))
 						if err != nil {
 							t.Error(err)
 							return
 						}
-						arrivals = append(arrivals, Arrival{at, dec.Allowed()})
-						if dec.Allowed() {
+						arrivals = append(arrivals, Arrival{at, ok})
+						if ok {
 							admitted = append(admitted, at)
 						}
 					}
@@ -184,11 +209,11 @@ func (r *Run) MaxAligned(w time.Duration) int {
 
 // Ideal is how many of the run's arrivals a single limiter of policy p
 // admits.
-func (r *Run) Ideal(t *testing.T, p hybrid.Policy) int { return len(r.IdealRun(t, p).Admitted) }
+func (r *Run) Ideal(t testing.TB, p hybrid.Policy) int { return len(r.IdealRun(t, p).Admitted) }
 
 // IdealRun is what a single limiter of policy p admits of the run's
 // arrivals, and when.
-func (r *Run) IdealRun(t *testing.T, p hybrid.Policy) *Run {
+func (r *Run) IdealRun(t testing.TB, p hybrid.Policy) *Run {
 	t.Helper()
 	l := r.ideal(t, p)
 	arrivals := append([]int64(nil), r.Offered...)
@@ -210,7 +235,7 @@ func (r *Run) IdealRun(t *testing.T, p hybrid.Policy) *Run {
 // aligns them (and as MaxAligned counts): a limiter whose windows began
 // with the run would count other windows than the fleet's, and over a
 // run of a few windows admit some hundreds more or fewer by that alone.
-func (r *Run) ideal(t *testing.T, p hybrid.Policy) *local.Limiter {
+func (r *Run) ideal(t testing.TB, p hybrid.Policy) *local.Limiter {
 	t.Helper()
 	start := r.Start
 	if p.Algorithm != local.TokenBucket && p.Window > 0 {
@@ -231,7 +256,7 @@ func (r *Run) ideal(t *testing.T, p hybrid.Policy) *local.Limiter {
 // Arrivals at the same nanosecond are replayed admissions first, so that
 // a refusal is never counted against a bucket its neighbours were about
 // to spend.
-func (r *Run) UnderLimit(t *testing.T, p hybrid.Policy) float64 {
+func (r *Run) UnderLimit(t testing.TB, p hybrid.Policy) float64 {
 	t.Helper()
 	require.Len(t, r.Arrivals, len(r.Offered), "fleettest: Run.Arrivals must hold every arrival of Offered, with its decision, as Drive records them")
 	if len(r.Arrivals) == 0 {
