@@ -37,6 +37,7 @@ type options struct {
 	gossipKey    string // file
 	node         string
 	adminToken   string // file
+	gossipGrace  time.Duration
 	tlsCert      string
 	tlsKey       string
 	headers      bool
@@ -62,6 +63,7 @@ func parse(args []string, env func(string) string, usage io.Writer) (*options, e
 	fs.StringVar(&o.gossipBind, "gossip-bind", "", "gossip address (host:port) to share limits with the other nodes, or to fail over to with --redis")
 	fs.StringVar(&o.gossipSeeds, "gossip-seeds", "", "comma-separated members to join, or a DNS name for many (a Kubernetes headless service)")
 	fs.StringVar(&o.gossipKey, "gossip-key-file", "", "file holding the gossip secret key (16, 24 or 32 bytes)")
+	fs.DurationVar(&o.gossipGrace, "gossip-grace", 30*time.Second, "how long a member gone silent (crashed, or cut off) keeps its share of each limit reserved; one that stops gracefully frees it at once")
 	fs.StringVar(&o.node, "node", "", "this node's name, unique in the fleet (default: the host name)")
 	fs.StringVar(&o.adminToken, "admin-token-file", "", "file holding the bearer token of the rules API; without one the API is not served")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "certificate file: serve HTTP and gRPC over TLS")

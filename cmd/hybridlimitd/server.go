@@ -112,12 +112,15 @@ func start(ctx context.Context, o *options, logger *slog.Logger) (*server, error
 		}
 		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	if err := s.serveHTTP(o, tlsConf); err != nil {
+	// Each server gets its own copy: net/http's ServeTLS writes its
+	// protocols into the one it is given while gRPC reads it (a race
+	// TestTLS found).
+	if err := s.serveHTTP(o, tlsConf.Clone()); err != nil {
 		s.close()
 		return nil, err
 	}
 	if conf != nil {
-		if err := s.serveGRPC(o, conf, tlsConf); err != nil {
+		if err := s.serveGRPC(o, conf, tlsConf.Clone()); err != nil {
 			s.close()
 			return nil, err
 		}
@@ -159,7 +162,7 @@ func (s *server) fleets(ctx context.Context, o *options) (syncer, failover fleet
 			s.closeFleets()
 			return nil, nil, fmt.Errorf("--gossip-bind: port %q", port)
 		}
-		cfg := gossip.Config{Name: o.node, BindAddr: host, BindPort: p}
+		cfg := gossip.Config{Name: o.node, BindAddr: host, BindPort: p, Grace: o.gossipGrace}
 		if o.gossipSeeds != "" {
 			cfg.Seeds = splitList(o.gossipSeeds)
 		}

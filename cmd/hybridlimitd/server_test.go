@@ -25,6 +25,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(asServer) != "" {
+		main() // a process of TestKill
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"), // memberlist's probe may outlive Shutdown by a timeout
 	)
@@ -157,52 +161,12 @@ func testFleet(t *testing.T, redisAddr string, bound int) {
 		}
 		return true
 	}, 10*time.Second, 50*time.Millisecond)
-	req := &rlspb.RateLimitRequest{Domain: "mongo_cps", Descriptors: []*commonpb.RateLimitDescriptor{desc("database=users")}}
-	// drive offers each live server 333 requests a second for d and
-	// returns when each admitted request came, since the start.
-	drive := func(live []int, d time.Duration) []time.Duration {
-		var mu sync.Mutex
-		var at []time.Duration
-		start := time.Now()
-		var wg sync.WaitGroup
-		for _, i := range live {
-			wg.Go(func() {
-				var sent atomic.Int64
-				for now := time.Since(start); now < d; now = time.Since(start) {
-					for ; sent.Load() < int64(333*now.Seconds()); sent.Add(1) {
-						resp, err := clients[i].ShouldRateLimit(context.Background(), req)
-						if assert.NoError(t, err) && resp.OverallCode == rlspb.RateLimitResponse_OK {
-							mu.Lock()
-							at = append(at, time.Since(start))
-							mu.Unlock()
-						}
-					}
-					time.Sleep(time.Millisecond)
-				}
-			})
-		}
-		wg.Wait()
-		return at
-	}
-	busiest := func(at []time.Duration, from, d time.Duration) int {
-		best := 0
-		for ; from+time.Second <= d; from += 50 * time.Millisecond {
-			n := 0
-			for _, a := range at {
-				if a >= from && a < from+time.Second {
-					n++
-				}
-			}
-			best = max(best, n)
-		}
-		return best
-	}
-	at := drive([]int{0, 1, 2}, 5*time.Second)
+	at := driveRLS(t, clients, 5*time.Second)
 	first, all := busiest(at, 0, 2*time.Second), busiest(at, 2*time.Second, 5*time.Second)
 	require.NoError(t, servers[2].shutdown())
 	// From its second second: the stop's drain leaves the bucket idle a
 	// moment, and what it refills meanwhile is spent in the first.
-	two := busiest(drive([]int{0, 1}, 3*time.Second), time.Second, 3*time.Second)
+	two := busiest(driveRLS(t, clients[:2], 3*time.Second), time.Second, 3*time.Second)
 	t.Logf("%s: limit 500/s, offered 1,000/s: busiest second %d with three servers from the third (%d in the first two, with the burst); %d with two after one stopped",
 		t.Name(), all, first, two)
 	assert.LessOrEqual(t, all, bound)
@@ -253,4 +217,60 @@ func TestRulesInRedis(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(limit(bases[1]), `"limit":7`) }, time.Second, 10*time.Millisecond,
 		"the other node within a second")
 	t.Logf("in force on the other node after %v", time.Since(changed))
+}
+
+// driveRLS offers each of clients 333 requests a second for d, on the
+// mongo_cps example's users descriptor (a token bucket of 500 a second
+// holding 500), and returns when each admitted request came, since the
+// start.
+func driveRLS(t *testing.T, clients []rlspb.RateLimitServiceClient, d time.Duration) []time.Duration {
+	_, admitted := offerRLS(t, clients, d)
+	return admitted
+}
+
+// offerRLS is driveRLS returning every request's time as well (offered)
+// beside the admitted ones'. A client whose calls fall behind (on a
+// loaded machine) catches up with a burst.
+func offerRLS(t *testing.T, clients []rlspb.RateLimitServiceClient, d time.Duration) (offered, admitted []time.Duration) {
+	req := &rlspb.RateLimitRequest{Domain: "mongo_cps", Descriptors: []*commonpb.RateLimitDescriptor{desc("database=users")}}
+	var mu sync.Mutex
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Go(func() {
+			var sent atomic.Int64
+			for now := time.Since(start); now < d; now = time.Since(start) {
+				for ; sent.Load() < int64(333*now.Seconds()); sent.Add(1) {
+					at := time.Since(start)
+					resp, err := c.ShouldRateLimit(context.Background(), req)
+					ok := assert.NoError(t, err) && resp.OverallCode == rlspb.RateLimitResponse_OK
+					mu.Lock()
+					offered = append(offered, at)
+					if ok {
+						admitted = append(admitted, at)
+					}
+					mu.Unlock()
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	return offered, admitted
+}
+
+// busiest is the most of at in any second that starts at or after from
+// and ends by d, in steps of 50 ms.
+func busiest(at []time.Duration, from, d time.Duration) int {
+	best := 0
+	for ; from+time.Second <= d; from += 50 * time.Millisecond {
+		n := 0
+		for _, a := range at {
+			if a >= from && a < from+time.Second {
+				n++
+			}
+		}
+		best = max(best, n)
+	}
+	return best
 }
