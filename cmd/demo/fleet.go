@@ -37,6 +37,8 @@ type fleetDemo struct {
 	scenario string      // "split", "steady" or "changes"
 	upgraded atomic.Bool // changes: the hot tenant is on the pro tier
 	redis    string
+	service  bool   // every node a hybridlimitd process (service.go)
+	server   string // the hybridlimitd binary; "" builds it
 	json     bool
 	rate     float64 // requests per second offered to each node
 	limit    int64   // per tenant per second, fleet-wide

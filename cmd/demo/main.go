@@ -10,7 +10,8 @@
 // healed at two thirds. A table shows what each node admitted every
 // second, and a summary the figures. Ctrl-C stops it early. Run with -h
 // for the flags; -redis ADDR syncs through Redis, with gossip as the
-// failover.
+// failover; -service runs every node as a hybridlimitd process instead,
+// asked through its HTTP check endpoint.
 //
 //	go run ./cmd/demo local [flags]
 //
@@ -68,6 +69,8 @@ func fleetMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&d.scenario, "scenario", "split", "split (one node cut off at 1/3, healed at 2/3), steady, or changes (a load factor of 0.5 at 1/3; back to 1 at 2/3, and the hot tenant upgraded to twice the limit)")
 	fs.StringVar(&d.redis, "redis", "", "sync through the Redis at this address, with gossip as the failover")
 	fs.BoolVar(&d.json, "json", false, "print the summary as JSON")
+	fs.BoolVar(&d.service, "service", false, "run every node as a hybridlimitd process, asked through its HTTP check endpoint (built with the go command unless -hybridlimitd is given); -scenario split then kills a node and starts it again")
+	fs.StringVar(&d.server, "hybridlimitd", "", "with -service: the hybridlimitd binary to run")
 	fs.Float64Var(&d.rate, "rate", 100, "requests per second offered to each node")
 	fs.Int64Var(&d.limit, "limit", 100, "requests per second per tenant, fleet-wide")
 	fs.Usage = func() {
@@ -84,7 +87,11 @@ func fleetMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if d.json {
 		out = io.Discard // the table; the summary is the JSON
 	}
-	sum, err := d.run(ctx, out)
+	run := d.run
+	if d.service {
+		run = d.runService
+	}
+	sum, err := run(ctx, out)
 	if err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1

@@ -1,0 +1,6 @@
+//go:build race
+
+package main
+
+// raceEnabled: the tests were built with -race.
+const raceEnabled = true
