@@ -52,7 +52,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # hybridlimit beside its peers, in the separate benchmarks module; writes
-# docs/benchmarks.md (about 6-8 minutes on 2 cores).
+# docs/benchmarks.md (about 16-20 minutes on 2 cores).
 bench-peers: redis-server
 	cd benchmarks && ./run.sh
 

@@ -1,7 +1,8 @@
 // Package benchmarks compares hybridlimit with the rate limiters Go users
 // would pick instead: golang.org/x/time/rate, sethvargo/go-limiter,
 // throttled/throttled, ulule/limiter and go.uber.org/ratelimit in
-// process, and go-redis/redis_rate per decision in Redis.
+// process, go-redis/redis_rate per decision in Redis, and gubernator's
+// GLOBAL and BATCHING behaviours as a fleet (fleet_test.go).
 //
 // It is a module of its own, so that the peers' modules stay out of
 // hybridlimit's go.mod, and it is not part of CI. The benchmarks are in

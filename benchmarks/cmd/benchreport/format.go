@@ -6,9 +6,11 @@ import (
 	"strconv"
 )
 
-// fmtNs prints a duration in ns, or in µs from 10 µs.
+// fmtNs prints a duration in ns, in µs from 10 µs, in ms from 1 ms.
 func fmtNs(ns float64) string {
 	switch {
+	case ns >= 1_000_000:
+		return fmt.Sprintf("%.2f ms", ns/1e6)
 	case ns >= 10_000:
 		return fmt.Sprintf("%.1f µs", ns/1000)
 	case ns >= 100:

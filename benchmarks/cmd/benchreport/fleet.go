@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// inFleet are the fleets of BenchmarkFleet, by benchmark id.
+var inFleet = []library{
+	{"HybridRedis", "hybridlimit Hybrid over Redis", ""},
+	{"HybridGossip", "hybridlimit Hybrid over gossip", ""},
+	{"GubernatorGlobal", "gubernator GLOBAL", "github.com/gubernator-io/gubernator/v2"},
+	{"GubernatorBatching", "gubernator BATCHING", "github.com/gubernator-io/gubernator/v2"},
+}
+
+var fleetLoads = []struct{ id, name string }{
+	{"uniform", "uniform"},
+	{"skewed", "80/20"},
+}
+
+func fleetTable(w *strings.Builder, r *results) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	p("| Fleet | load | admitted, %% of the ideal | busiest 1 s, %% of the limit | over the ideal, %% | false rejection, %% | admitted/s | caller p50 | caller p99 | runs |\n")
+	p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, load := range fleetLoads {
+		for _, l := range inFleet {
+			name := "Fleet/" + l.id + "/" + load.id
+			if r.count(name) == 0 {
+				continue
+			}
+			med := func(unit string) float64 { v, _ := r.median(name, unit); return v }
+			p("| %s | %s | %.1f | %.1f | %.2f | %.2f | %s | %s | %s | %d |\n", l.name, load.name,
+				med("util_%"), med("busiest_%"), med("over_%"), med("fr_%"), fmtNum(med("admitted/s")),
+				fmtNs(1e3*med("p50_µs")), fmtNs(1e3*med("p99_µs")), r.count(name))
+		}
+	}
+}
+
+// fleetReading is what the fleet table says, read from it.
+func fleetReading(r *results) []string {
+	var s []string
+	med := func(id, load, unit string) (float64, bool) { return r.median("Fleet/"+id+"/"+load, unit) }
+	glob, ok1 := med("GubernatorGlobal", "uniform", "util_%")
+	hy, ok2 := med("HybridRedis", "uniform", "util_%")
+	if ok1 && ok2 {
+		gs, _ := med("GubernatorGlobal", "skewed", "util_%")
+		hs, _ := med("HybridRedis", "skewed", "util_%")
+		gos, _ := med("HybridGossip", "uniform", "util_%")
+		goss, _ := med("HybridGossip", "skewed", "util_%")
+		s = append(s, fmt.Sprintf("At twice the limit, gubernator's GLOBAL behaviour admitted %.0f%% of what an ideal single limiter admits with the load spread evenly and %.0f%% with 80%% of it on one node: each node answers from its own copy of the bucket and sends its hits to the key's owner every GlobalSyncWait, so between two of the owner's broadcasts every node spends what the last broadcast said was left; hybridlimit admitted %.1f%% and %.1f%% over Redis, %.1f%% and %.1f%% over gossip, each node spending only the lease its fleet granted.", glob, gs, hy, hs, gos, goss))
+	}
+	if bf, ok := med("GubernatorBatching", "uniform", "fr_%"); ok {
+		hf, _ := med("HybridRedis", "uniform", "fr_%")
+		bp, _ := med("GubernatorBatching", "uniform", "p50_µs")
+		hp, _ := med("HybridRedis", "uniform", "p50_µs")
+		s = append(s, fmt.Sprintf("gubernator's BATCHING behaviour is the more exact: the key's owner decides every request, so it refused %.2f%% of what the ideal admits against hybridlimit's %.2f%% over Redis (hybrid's nodes refuse a little while a lease they spent waits for the next sync). It pays for that with a hop to the owner on each request, through gRPC: its callers waited %s at the median, against %s for a hybrid decision made in the caller's process. The two kinds of latency differ in kind (a gRPC call to a local daemon against a function call), and on 2 shared cores the four daemons, their callers and the Redis server compete for the CPU, which inflates gubernator's figures more than hybrid's.", bf, hf, fmtNs(1e3*bp), fmtNs(1e3*hp)))
+	}
+	return s
+}
