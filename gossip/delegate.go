@@ -3,6 +3,7 @@ package gossip
 import (
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -24,6 +25,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 	if len(b) == 0 {
 		return
 	}
+	d.stats.bytesIn.Add(uint64(len(b)))
 	select {
 	case d.inbox <- append([]byte(nil), b...):
 	default:
@@ -33,7 +35,11 @@ func (d *delegate) NotifyMsg(b []byte) {
 
 // GetBroadcasts returns queued updates to piggyback on a gossip packet.
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
-	return d.queue.GetBroadcasts(overhead, limit)
+	out := d.queue.GetBroadcasts(overhead, limit)
+	for _, b := range out {
+		d.stats.bytesOut.Add(uint64(len(b)))
+	}
+	return out
 }
 
 // LocalState is this node's side of a push/pull: a snapshot of every
@@ -44,7 +50,9 @@ func (d *delegate) LocalState(join bool) []byte {
 	g.lock()
 	defer g.mu.Unlock()
 	var w encoder
-	return g.core.tab.snapshot(&w, g.cfg.MaxSnapshotKeys, now)
+	out := g.core.tab.snapshot(&w, g.cfg.MaxSnapshotKeys, now)
+	g.stats.bytesOut.Add(uint64(len(out)))
+	return out
 }
 
 // MergeRemoteState merges a peer's push/pull snapshot.
@@ -53,10 +61,13 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 		return
 	}
 	g := (*Gossip)(d)
+	g.stats.bytesIn.Add(uint64(len(buf)))
 	now := g.now()
+	start := g.clk.Nanotime()
 	g.lock()
 	g.receive(buf, now)
 	g.mu.Unlock()
+	g.stats.merged(g.clk.Nanotime() - start)
 }
 
 // events is the Gossip as memberlist's EventDelegate.
@@ -119,14 +130,33 @@ type Stats struct {
 	// SeedLookupFailures, seed names that failed to resolve (each
 	// LookupHost call that erred or found no address).
 	Joins, JoinFailures, SeedLookupFailures uint64
-	// Keys and Peers are the table's size now.
-	Keys, Peers int
+	// BytesReceived and BytesSent count this node's own messages'
+	// bytes: updates and snapshots received, and those it queued for
+	// gossip packets, streamed, or gave in a push/pull (memberlist's own
+	// probes and headers not included).
+	BytesReceived, BytesSent uint64
+	// Merges counts the merges of received messages (a batch the merge
+	// loop took at once, or a push/pull's snapshot), and MergeSeconds
+	// the time they took in all, the table's lock held.
+	Merges       uint64
+	MergeSeconds float64
+	// Keys and Peers are the table's size now; Members, the live members
+	// memberlist knows, this node included.
+	Keys, Peers, Members int
 }
 
 type counters struct {
 	received, malformed, inboxDropped               atomic.Uint64
 	queued, streamed, streamFailures, outboxDropped atomic.Uint64
 	joins, joinFailures, seedLookupFailures         atomic.Uint64
+	bytesIn, bytesOut, merges                       atomic.Uint64
+	mergeNanos                                      atomic.Int64
+}
+
+// merged counts a merge that took nanos.
+func (c *counters) merged(nanos int64) {
+	c.merges.Add(1)
+	c.mergeNanos.Add(nanos)
 }
 
 // Stats returns the node's counters.
@@ -139,6 +169,9 @@ func (g *Gossip) Stats() Stats {
 		StreamFailures: s.streamFailures.Load(), OutboxDropped: s.outboxDropped.Load(),
 		Joins: s.joins.Load(), JoinFailures: s.joinFailures.Load(),
 		SeedLookupFailures: s.seedLookupFailures.Load(),
+		BytesReceived:      s.bytesIn.Load(), BytesSent: s.bytesOut.Load(),
+		Merges: s.merges.Load(), MergeSeconds: time.Duration(s.mergeNanos.Load()).Seconds(),
+		Members: len(g.peers()) + 1,
 	}
 	g.lock()
 	st.Keys, st.Peers, st.Refused = len(g.core.tab.keys), len(g.core.tab.peers)-1, g.core.tab.dropped

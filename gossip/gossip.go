@@ -356,12 +356,14 @@ func (g *Gossip) mergeLoop(ctx context.Context) {
 			// clock reading; no more, so that a steady stream cannot hold
 			// the lock Sync needs, nor merge by a stale clock.
 			now := g.now()
+			start := g.clk.Nanotime()
 			g.lock()
 			g.receive(b, now)
 			for range len(g.inbox) {
 				g.receive(<-g.inbox, now)
 			}
 			g.mu.Unlock()
+			g.stats.merged(g.clk.Nanotime() - start)
 		case <-t.C():
 			now := g.now()
 			g.lock()

@@ -155,6 +155,7 @@ func (g *Gossip) sendAll(msg []byte) {
 				return
 			}
 			g.stats.streamed.Add(1)
+			g.stats.bytesOut.Add(uint64(len(msg)))
 		})
 	}
 	wg.Wait()

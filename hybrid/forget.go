@@ -70,6 +70,7 @@ func (l *Limiter) forget(k *keyState) {
 	k.retired.Store(true)
 	if l.keys.CompareAndDelete(k.key, k) {
 		l.nkeys.Add(-1)
+		l.rounds.forgotten.Add(1)
 		l.keyForgotten(k)
 		k.resetFallback() // sized to its own limit, local would keep it
 	}

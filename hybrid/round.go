@@ -208,6 +208,7 @@ func (l *Limiter) lagged(now, late int64) {
 // earlyRound syncs first, if not nil, and the other keys waiting for an
 // early sync.
 func (l *Limiter) earlyRound(ctx context.Context, first *keyState) error {
+	l.rounds.early.Add(1)
 	defer l.answeredEarly(l.now())
 	return l.earlyBatch(ctx, first)
 }

@@ -32,6 +32,17 @@ type Stats struct {
 	RoundBuckets map[float64]uint64
 	// RoundKeys is how many Hybrid keys the last round had to sync.
 	RoundKeys int
+	// EarlyRounds is how many early syncs ran: rounds for keys whose
+	// lease ran low before their regular sync.
+	EarlyRounds uint64
+	// Leases is how many leases the fleet granted this node's Hybrid keys,
+	// and LeasedTokens their sizes in all (a window algorithm's in
+	// requests): LeasedTokens/Leases is the mean lease.
+	Leases, LeasedTokens uint64
+	// Forgotten is how many keys were forgotten: idle past
+	// Config.IdleTimeout, evicted to stay within MaxKeys, or moved by a
+	// change of policy.
+	Forgotten uint64
 	// TopRefused is the 10 keys refused most over the last one to two
 	// minutes, most first: Hybrid keys whose lease was spent and Strict
 	// keys the store refused (not those the FailMode refused in an
@@ -93,6 +104,8 @@ type roundCounts struct {
 	nanos     atomic.Int64
 	buckets   [len(roundBounds)]atomic.Uint64 // not cumulative
 	keys      atomic.Int64
+
+	early, leases, leased, forgotten atomic.Uint64
 }
 
 // countRound records a round of keys that took d.
@@ -148,6 +161,7 @@ func (l *Limiter) Stats() Stats {
 	s.Rounds, s.RoundErrors = r.n.Load(), r.errors.Load()
 	s.RoundSeconds = time.Duration(r.nanos.Load()).Seconds()
 	s.RoundKeys = int(r.keys.Load())
+	s.EarlyRounds, s.Leases, s.LeasedTokens, s.Forgotten = r.early.Load(), r.leases.Load(), r.leased.Load(), r.forgotten.Load()
 	s.RoundBuckets = make(map[float64]uint64, len(roundBounds))
 	var sum uint64
 	for i, b := range roundBounds {

@@ -305,6 +305,8 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	k.low.Store(low)
 	k.granted = m.s0
 	if !closing {
+		l.rounds.leases.Add(1)
+		l.rounds.leased.Add(uint64(max(0, whole)))
 		l.stripe(k)
 	}
 	k.lease, k.expires = whole, now+int64(g.TTL)

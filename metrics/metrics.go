@@ -74,6 +74,16 @@ import (
 //
 //   - hybridlimit_sync_round_keys: Hybrid keys the last round had to sync.
 //
+//   - hybridlimit_early_syncs_total: early syncs, for keys whose lease
+//     ran low before their regular sync.
+//
+//   - hybridlimit_leases_total, hybridlimit_leased_tokens_total: leases
+//     granted to this node's Hybrid keys, and their sizes in all (the
+//     ratio of their rates is the mean lease).
+//
+//   - hybridlimit_keys_forgotten_total: keys forgotten (idle, evicted at
+//     MaxKeys, or moved by a change of policy).
+//
 //   - hybridlimit_fleet_calls_total{fleet}, hybridlimit_fleet_errors_total{fleet}:
 //     calls (syncs and Strict decisions) to Config.Syncer ("Syncer") and
 //     Config.Failover ("Failover"), and those that did not reach it.
@@ -106,6 +116,7 @@ type Collector struct {
 	roundKeys                      *prometheus.Desc
 	calls, callErrors, breaker     *prometheus.Desc
 	topRefused, loadFactor         *prometheus.Desc
+	early, leases, leased, forgot  *prometheus.Desc
 	raw                            bool // label keys as they are (RawKeys)
 }
 
@@ -155,6 +166,10 @@ func NewCollector(l *hybrid.Limiter, opts ...Option) *Collector {
 		breaker:     prometheus.NewDesc("hybridlimit_breaker_state", "1 for the state a fleet's circuit breaker is in, 0 for the others.", []string{"fleet", "state"}, nil),
 		loadFactor:  prometheus.NewDesc("hybridlimit_load_factor", "What the policy's limit is scaled by: 1 unless a load factor is set.", []string{"policy"}, nil),
 		topRefused:  prometheus.NewDesc("hybridlimit_top_refused_requests", "Requests refused over the last one to two minutes, for the keys refused most (estimate).", key, nil),
+		early:       prometheus.NewDesc("hybridlimit_early_syncs_total", "Early syncs: rounds for keys whose lease ran low before their regular sync.", nil, nil),
+		leases:      prometheus.NewDesc("hybridlimit_leases_total", "Leases the fleet granted this node's Hybrid keys.", nil, nil),
+		leased:      prometheus.NewDesc("hybridlimit_leased_tokens_total", "The sizes of the leases granted, in all (requests).", nil, nil),
+		forgot:      prometheus.NewDesc("hybridlimit_keys_forgotten_total", "Keys forgotten: idle, evicted at MaxKeys, or moved by a change of policy.", nil, nil),
 	}
 	for _, o := range opts {
 		o(c)
@@ -165,7 +180,8 @@ func NewCollector(l *hybrid.Limiter, opts ...Option) *Collector {
 // Describe sends the descriptors of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.keys, c.health, c.factor, c.failing, c.late, c.hotStripes, c.hotShards, c.hotRate,
-		c.requests, c.degraded, c.rounds, c.roundErrors, c.roundTime, c.roundKeys, c.calls, c.callErrors, c.breaker, c.topRefused, c.loadFactor} {
+		c.requests, c.degraded, c.rounds, c.roundErrors, c.roundTime, c.roundKeys, c.calls, c.callErrors, c.breaker, c.topRefused, c.loadFactor,
+		c.early, c.leases, c.leased, c.forgot} {
 		ch <- d
 	}
 }
@@ -197,6 +213,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	delete(st.RoundBuckets, math.Inf(1)) // the count is +Inf's
 	ch <- prometheus.MustNewConstHistogram(c.roundTime, st.Rounds, st.RoundSeconds, st.RoundBuckets)
 	ch <- prometheus.MustNewConstMetric(c.roundKeys, prometheus.GaugeValue, float64(st.RoundKeys))
+	ch <- prometheus.MustNewConstMetric(c.early, prometheus.CounterValue, float64(st.EarlyRounds))
+	ch <- prometheus.MustNewConstMetric(c.leases, prometheus.CounterValue, float64(st.Leases))
+	ch <- prometheus.MustNewConstMetric(c.leased, prometheus.CounterValue, float64(st.LeasedTokens))
+	ch <- prometheus.MustNewConstMetric(c.forgot, prometheus.CounterValue, float64(st.Forgotten))
 	for _, f := range st.Fleets {
 		ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(f.Calls), f.Name)
 		ch <- prometheus.MustNewConstMetric(c.callErrors, prometheus.CounterValue, float64(f.Errors), f.Name)

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
+	"github.com/zeebo/assert"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/hybrid"
@@ -196,6 +198,12 @@ func TestCollectorCounts(t *testing.T) {
 hybridlimit_breaker_state{fleet="Syncer",state="closed"} 1
 hybridlimit_breaker_state{fleet="Syncer",state="half-open"} 0
 hybridlimit_breaker_state{fleet="Syncer",state="open"} 0
+# HELP hybridlimit_leases_total Leases the fleet granted this node's Hybrid keys.
+# TYPE hybridlimit_leases_total counter
+hybridlimit_leases_total 3
+# HELP hybridlimit_keys_forgotten_total Keys forgotten: idle, evicted at MaxKeys, or moved by a change of policy.
+# TYPE hybridlimit_keys_forgotten_total counter
+hybridlimit_keys_forgotten_total 0
 # HELP hybridlimit_requests_total Requests decided, by policy and outcome; a request of cost n counts n.
 # TYPE hybridlimit_requests_total counter
 hybridlimit_requests_total{mode="hybrid",outcome="admitted",policy="api"} 21
@@ -206,7 +214,8 @@ hybridlimit_sync_round_keys 1
 # HELP hybridlimit_sync_rounds_total Sync rounds run.
 # TYPE hybridlimit_sync_rounds_total counter
 hybridlimit_sync_rounds_total 3
-`), "hybridlimit_breaker_state", "hybridlimit_requests_total", "hybridlimit_sync_round_keys", "hybridlimit_sync_rounds_total"))
+`), "hybridlimit_breaker_state", "hybridlimit_requests_total", "hybridlimit_sync_round_keys", "hybridlimit_sync_rounds_total",
+		"hybridlimit_leases_total", "hybridlimit_keys_forgotten_total"))
 	n, err := testutil.GatherAndCount(reg, "hybridlimit_sync_round_duration_seconds")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
@@ -257,4 +266,43 @@ func (stingy) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, erro
 		resp.Grants[i] = fleet.Grant{Lease: u.Demand / 10, TTL: 2 * req.Interval, Remaining: 0, Nodes: 1, Weight: 1}
 	}
 	return resp, nil
+}
+
+// TestCollectorSeriesBounded: a flood of unique keys, each refused,
+// leaves /metrics with as many series as a handful of keys does: no
+// metric is labelled per key but the 10 refused most and the hot keys.
+func TestCollectorSeriesBounded(t *testing.T) {
+	t.Parallel()
+	series := func(keys int) int {
+		clk := clock.NewManual(time.Unix(1e9, 0))
+		l, err := hybrid.New(hybrid.Config{Node: "n1", Syncer: generous{}, Clock: clk, ManualSync: true, MaxKeys: 2 * keys,
+			Policies: []hybrid.Policy{{Name: "api", Limit: 1, Window: time.Hour}}})
+		require.NoError(t, err)
+		defer l.Close()
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(metrics.NewCollector(l))
+		refused := 0
+		for round := range 2 {
+			for i := range keys {
+				for range 3 {
+					if d, err := l.Allow("flood:" + strconv.Itoa(i)); err == nil && !d.Allowed() && round == 1 {
+						refused++
+					}
+				}
+			}
+			clk.Advance(100 * time.Millisecond)
+			require.NoError(t, l.SyncOnce(context.Background()))
+		}
+		require.Positive(t, refused)
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		n := 0
+		for _, f := range families {
+			n += len(f.GetMetric())
+		}
+		return n
+	}
+	few, many := series(10), series(50_000)
+	t.Logf("series after 10 keys: %d; after 50,000: %d", few, many)
+	assert.Equal(t, few, many)
 }

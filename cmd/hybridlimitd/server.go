@@ -28,6 +28,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/metrics"
+	"github.com/hybridlimit/hybridlimit/metrics/gossipmetrics"
 	"github.com/hybridlimit/hybridlimit/partition"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
@@ -216,6 +217,9 @@ func (s *server) serveHTTP(o *options, tlsConf *tls.Config) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewCollector(s.limiter))
+	if s.gossip != nil {
+		reg.MustRegister(gossipmetrics.NewCollector(s.gossip))
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.stopping.Load() {
