@@ -37,6 +37,7 @@ type fleetDemo struct {
 	scenario string      // "split", "steady" or "changes"
 	upgraded atomic.Bool // changes: the hot tenant is on the pro tier
 	redis    string
+	metrics  string // serve the nodes' metrics at this address (metrics.go)
 	service  bool   // every node a hybridlimitd process (service.go)
 	server   string // the hybridlimitd binary; "" builds it
 	json     bool
@@ -130,6 +131,14 @@ func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error)
 	}
 	if err := waitMembers(ctx, nodes, 10*time.Second); err != nil {
 		return nil, err
+	}
+	if d.metrics != "" {
+		stop, err := serveMetrics(d.metrics, nodes)
+		if err != nil {
+			return nil, fmt.Errorf("-metrics %s: %w", d.metrics, err)
+		}
+		defer stop()
+		fmt.Fprintf(w, "Every node's metrics (labelled node=...) at http://%s/metrics.\n", d.metrics)
 	}
 
 	fmt.Fprintf(w, "%d nodes on 127.0.0.1 over %s, syncing every %v; limit %d req/s per tenant, fleet-wide.\n",

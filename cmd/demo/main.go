@@ -69,6 +69,7 @@ func fleetMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&d.scenario, "scenario", "split", "split (one node cut off at 1/3, healed at 2/3), steady, or changes (a load factor of 0.5 at 1/3; back to 1 at 2/3, and the hot tenant upgraded to twice the limit)")
 	fs.StringVar(&d.redis, "redis", "", "sync through the Redis at this address, with gossip as the failover")
 	fs.BoolVar(&d.json, "json", false, "print the summary as JSON")
+	fs.StringVar(&d.metrics, "metrics", "", "serve every node's Prometheus metrics at this address (host:port), at /metrics, while the demo runs")
 	fs.BoolVar(&d.service, "service", false, "run every node as a hybridlimitd process, asked through its HTTP check endpoint (built with the go command unless -hybridlimitd is given); -scenario split then kills a node and starts it again")
 	fs.StringVar(&d.server, "hybridlimitd", "", "with -service: the hybridlimitd binary to run")
 	fs.Float64Var(&d.rate, "rate", 100, "requests per second offered to each node")

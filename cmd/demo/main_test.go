@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"regexp"
 	"runtime"
 	"slices"
@@ -126,4 +129,36 @@ func TestFleetDemoChanges(t *testing.T) {
 		assert.LessOrEqual(t, got, int64(30), "under the load factor")
 	}
 	assert.Greater(t, slices.Max(rows[80][1:]), int64(40), "the pro tier is used")
+}
+
+// TestFleetDemoMetrics: with -metrics, every node's metrics, the
+// Limiter's and gossip's, are served while the demo runs, each series
+// labelled with its node.
+func TestFleetDemoMetrics(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	done := make(chan int, 1)
+	var out, errOut bytes.Buffer
+	go func() {
+		done <- fleetMain(context.Background(), []string{"--nodes", "2", "--duration", "3s", "--scenario", "steady", "--metrics", addr}, &out, &errOut)
+	}()
+	var body string
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		return strings.Contains(body, `hybridlimit_sync_rounds_total{node="node-2"}`)
+	}, 10*time.Second, 50*time.Millisecond)
+	for _, want := range []string{`hybridlimit_health{node="node-1"} 0`, `hybridlimit_gossip_members{node="node-1"} 2`, `hybridlimit_requests_total{mode="hybrid",node="node-2",outcome="admitted",policy="tenant"}`} {
+		assert.Contains(t, body, want)
+	}
+	require.Equal(t, 0, <-done, errOut.String())
+	assert.Contains(t, out.String(), "/metrics")
 }

@@ -102,6 +102,9 @@ func (d *fleetDemo) runService(ctx context.Context, w io.Writer) (*fleetSummary,
 	if d.scenario == "split" && d.nodes > 1 {
 		fmt.Fprintf(w, "At %v %s is killed (SIGKILL); at %v it is started again.\n", d.duration/3, nodes[len(nodes)-1].name, 2*d.duration/3)
 	}
+	for _, n := range nodes {
+		fmt.Fprintf(w, "%s serves its metrics at http://%s/metrics.\n", n.name, n.http)
+	}
 	fmt.Fprintln(w, "Each cell: allowed/asked in the last second, and the node's /readyz (R ready, N not ready, - down).")
 	fmt.Fprintln(w)
 	header := fmt.Sprintf("%6s", "time")

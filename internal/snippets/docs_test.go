@@ -20,6 +20,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/loadfactor"
 	"github.com/hybridlimit/hybridlimit/metrics"
+	"github.com/hybridlimit/hybridlimit/metrics/gossipmetrics"
 	"github.com/hybridlimit/hybridlimit/partition"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
@@ -68,6 +69,13 @@ func docsQuietRedis() {
 func docsObservability(l *hybrid.Limiter) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewCollector(l)) // one per Limiter; label several with prometheus.WrapRegistererWith
+	return reg
+}
+
+// docs/observability.md, "Gossip"
+func docsGossipMetrics(l *hybrid.Limiter, g *gossip.Gossip) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewCollector(l), gossipmetrics.NewCollector(g))
 	return reg
 }
 
@@ -121,4 +129,4 @@ func docsLoadFactor(ctx context.Context, limiter *hybrid.Limiter, p99 func() tim
 	})
 }
 
-var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability, docsRules, docsAdmin, docsLoadFactor}
+var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability, docsGossipMetrics, docsRules, docsAdmin, docsLoadFactor}

@@ -1,6 +1,9 @@
 package gossipmetrics_test
 
 import (
+	"encoding/json"
+	"os"
+	"regexp"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/gossiptest"
+	"github.com/hybridlimit/hybridlimit/metrics"
 	"github.com/hybridlimit/hybridlimit/metrics/gossipmetrics"
 )
 
@@ -59,4 +63,52 @@ func TestCollector(t *testing.T) {
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	assert.Empty(t, problems, "promlint")
+}
+
+// TestDashboard: every metric docs/examples/grafana/hybridlimit.json
+// queries is one the collectors export, so that a renamed metric cannot
+// leave the dashboard's panels empty.
+func TestDashboard(t *testing.T) {
+	b, err := os.ReadFile("../../docs/examples/grafana/hybridlimit.json")
+	require.NoError(t, err)
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	require.NoError(t, json.Unmarshal(b, &dash))
+	require.NotEmpty(t, dash.Panels)
+
+	peers := gossiptest.Start(t, 1, nil)
+	l := fleettest.Limiters(t, 1, func(int) hybrid.Config {
+		return hybrid.Config{Policies: []hybrid.Policy{{Name: "api", Limit: 10, Window: time.Second}}, Syncer: peers.Nodes[0]}
+	})[0]
+	for range 20 {
+		_, _ = l.Allow("k") // a refusal or two: the top refused keys' series
+	}
+	require.Eventually(t, func() bool { return len(l.Stats().TopRefused) > 0 }, 5*time.Second, 20*time.Millisecond)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewCollector(l), gossipmetrics.NewCollector(peers.Nodes[0]))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	exported := map[string]bool{}
+	for _, f := range families {
+		exported[f.GetName()] = true
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			exported[f.GetName()+"_bucket"] = true
+		}
+	}
+	name := regexp.MustCompile(`hybridlimit_[a-z_]+`)
+	queried := 0
+	for _, p := range dash.Panels {
+		require.NotEmpty(t, p.Targets, p.Title)
+		for _, q := range p.Targets {
+			for _, m := range name.FindAllString(q.Expr, -1) {
+				queried++
+				assert.True(t, exported[m], "panel %q queries %s, which no collector exports", p.Title, m)
+			}
+		}
+	}
+	t.Logf("%d panels, %d metric references, all exported", len(dash.Panels), queried)
 }
