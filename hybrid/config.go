@@ -220,6 +220,11 @@ type Config struct {
 	// within about an Interval; it must return quickly, and may call the
 	// Limiter's methods. Calls never overlap.
 	OnHealthChange func(from, to partition.Health)
+
+	// Tracer, if set, traces each sync round and Strict decision (see
+	// Tracer; package tracing adapts OpenTelemetry). Default: nothing is
+	// traced, and nothing on any path pays for it.
+	Tracer Tracer
 }
 
 // withDefaults validates c and fills in its defaults.

@@ -99,6 +99,11 @@ func (l *Limiter) decideStore(parent context.Context, k *keyState, now, n int64)
 	ctx, cancel := context.WithTimeout(parent, l.cfg.StrictTimeout)
 	var g store.Decision
 	var err error
+	if tr := l.cfg.Tracer; tr != nil {
+		var end func(error)
+		ctx, end = tr.Start(ctx, "strict", p.Name, int(n))
+		defer func() { end(err) }()
+	}
 	set := k.shards.Load()
 	if set != nil && l.now() < k.shardUntil.Load() {
 		g, err = l.decideSharded(ctx, k, set, n)

@@ -77,6 +77,11 @@ func (l *Limiter) syncOnce(ctx context.Context) (err error) {
 	l.shardHot(ctx, now)
 	batch := l.collect(now)
 	keys = len(batch)
+	if tr := l.cfg.Tracer; tr != nil {
+		var end func(error)
+		ctx, end = tr.Start(ctx, "sync", "", keys)
+		defer func() { end(err) }()
+	}
 	l.tendLeaseShards(ctx, now, batch)
 	err = l.syncRound(ctx, now, batch, regular, l.cfg.Interval)
 	l.publishRefused(now)

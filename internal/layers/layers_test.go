@@ -34,6 +34,7 @@ func TestGossipOnlyLinksNoRedis(t *testing.T) {
 		assert.NotContains(t, d, "go-redis", "a gossip-only program links %s", d)
 		assert.NotEqual(t, module+"global", d, "a gossip-only program links the Redis fleet")
 		assert.NotContains(t, d, "yaml", "a program without rules files links %s", d)
+		assert.NotContains(t, d, "opentelemetry", "a program that does not trace links %s", d)
 	}
 }
 

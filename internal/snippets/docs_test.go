@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
+	"go.opentelemetry.io/otel"
 
 	"github.com/hybridlimit/hybridlimit/admin"
 	"github.com/hybridlimit/hybridlimit/global"
@@ -23,6 +24,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/metrics/gossipmetrics"
 	"github.com/hybridlimit/hybridlimit/partition"
 	"github.com/hybridlimit/hybridlimit/rules"
+	"github.com/hybridlimit/hybridlimit/tracing"
 )
 
 // The snippets of docs/, each in a function that declares what it takes
@@ -79,6 +81,12 @@ func docsGossipMetrics(l *hybrid.Limiter, g *gossip.Gossip) *prometheus.Registry
 	return reg
 }
 
+// docs/observability.md, "Tracing"
+func docsTracing(redisFleet *global.Redis, policies []hybrid.Policy) (*hybrid.Limiter, error) {
+	l, err := hybrid.New(hybrid.Config{Syncer: redisFleet, Policies: policies, Tracer: tracing.New(otel.GetTracerProvider())})
+	return l, err
+}
+
 // docs/policies.md, "Deciding with the rules"
 func docsRules(ctx context.Context, redisFleet *global.Redis, r *http.Request, apiKey, plan, clientIP string) {
 	set, err := rules.Load("/etc/hybridlimit/rules.yaml")
@@ -129,4 +137,4 @@ func docsLoadFactor(ctx context.Context, limiter *hybrid.Limiter, p99 func() tim
 	})
 }
 
-var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability, docsGossipMetrics, docsRules, docsAdmin, docsLoadFactor}
+var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability, docsGossipMetrics, docsTracing, docsRules, docsAdmin, docsLoadFactor}
