@@ -118,3 +118,66 @@ func TestOnHealthChangeRedis(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "changes: %v", seen.seen())
 	assert.Equal(t, []string{"healthy>degraded", "degraded>healthy"}, seen.seen())
 }
+
+// TestLogsBreakersLadderAndBudget: cut off for 70 s, a node logs its
+// breaker opening, each step of the fallback ladder within a level (to a
+// quarter at 1 m), and, healed, the breaker closing. A link that flaps
+// every sync for a minute logs at most the budget, 10 lines, and the next
+// line logged says how many were held back. Before, breaker transitions
+// and ladder steps were not logged, and a flapping link logged every
+// change.
+func TestLogsBreakersLadderAndBudget(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	s := newScripted(1_000_000, "k")
+	l, clk := manual(t, hybrid.Config{Syncer: s,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	ctx := context.Background()
+	step := func() {
+		clk.Advance(100 * time.Millisecond)
+		admit(t, l, "k", 1)
+		_ = l.SyncOnce(ctx)
+	}
+	admit(t, l, "k", 1)
+	require.NoError(t, l.SyncOnce(ctx))
+	s.set(errDown, 1)
+	for range 700 { // 70 s
+		step()
+	}
+	s.set(nil, 1)
+	for range 30 {
+		step()
+	}
+	text := logs.String()
+	t.Log(text)
+	assert.Contains(t, text, `msg="hybridlimit: circuit breaker changed" fleet=Syncer from=closed to=open`)
+	assert.Contains(t, text, `msg="hybridlimit: the fallback ladder stepped" level=emergency factor=0.25`)
+	assert.Contains(t, text, "to=closed")
+	assert.Equal(t, partition.Healthy, l.Health().Level)
+
+	// A minute of a link that fails every other sync.
+	logs.Reset()
+	clk.Advance(2 * time.Minute) // a fresh budget
+	for i := range 600 {
+		if i%2 == 0 {
+			s.set(errDown, 1)
+		} else {
+			s.set(nil, 1)
+		}
+		step()
+	}
+	flapping := strings.Count(logs.String(), "\n")
+	t.Logf("a minute of flapping: %d lines", flapping)
+	assert.LessOrEqual(t, flapping, 2*10, "at most the budget a minute (two minutes may be touched)")
+	s.set(nil, 1)
+	for range 30 {
+		step()
+	}
+	logs.Reset()
+	clk.Advance(2 * time.Minute)
+	s.set(errDown, 1) // the next change, with a fresh budget
+	for range 3 {
+		step()
+	}
+	assert.Contains(t, logs.String(), "held_back=", "the next line says what was held back")
+}

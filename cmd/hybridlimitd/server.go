@@ -35,23 +35,24 @@ import (
 
 // server is a running hybridlimitd.
 type server struct {
-	log      *slog.Logger
-	limiter  *hybrid.Limiter
-	rules    *rules.Limiter // nil without --config
-	gossip   *gossip.Gossip // nil without --gossip-bind
-	redis    *redis.Client  // nil without --redis
-	store    rules.Store    // the fleet's rules, with --rules-in-redis
-	http     *http.Server
-	grpc     *grpc.Server // nil without --envoy-config
-	httpAddr net.Addr
-	grpcAddr net.Addr // nil without --envoy-config
-	fleetish bool     // some fleet is configured
-	stopping atomic.Bool
-	cancel   context.CancelFunc
-	grace    time.Duration
-	once     sync.Once
-	done     error          // shutdown's
-	loops    sync.WaitGroup // Follow, Watch
+	log        *slog.Logger
+	limiter    *hybrid.Limiter
+	rules      *rules.Limiter // nil without --config
+	gossip     *gossip.Gossip // nil without --gossip-bind
+	redis      *redis.Client  // nil without --redis
+	redisCount *redisCounter  // counts what redis sends, for /metrics
+	store      rules.Store    // the fleet's rules, with --rules-in-redis
+	http       *http.Server
+	grpc       *grpc.Server // nil without --envoy-config
+	httpAddr   net.Addr
+	grpcAddr   net.Addr // nil without --envoy-config
+	fleetish   bool     // some fleet is configured
+	stopping   atomic.Bool
+	cancel     context.CancelFunc
+	grace      time.Duration
+	once       sync.Once
+	done       error          // shutdown's
+	loops      sync.WaitGroup // Follow, Watch
 }
 
 // start builds and starts a server for o; the servers run until
@@ -142,6 +143,8 @@ func start(ctx context.Context, o *options, logger *slog.Logger) (*server, error
 func (s *server) fleets(ctx context.Context, o *options) (syncer, failover fleet.Syncer, err error) {
 	if o.redis != "" {
 		s.redis = redis.NewClient(&redis.Options{Addr: o.redis, ContextTimeoutEnabled: true})
+		s.redisCount = &redisCounter{}
+		s.redis.AddHook(s.redisCount)
 		r, err := global.NewRedis(ctx, global.RedisConfig{Client: s.redis})
 		if err != nil {
 			s.redis.Close()
@@ -219,6 +222,9 @@ func (s *server) serveHTTP(o *options, tlsConf *tls.Config) error {
 	reg.MustRegister(metrics.NewCollector(s.limiter))
 	if s.gossip != nil {
 		reg.MustRegister(gossipmetrics.NewCollector(s.gossip))
+	}
+	if s.redisCount != nil {
+		reg.MustRegister(s.redisCount.collectors()...)
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -162,13 +162,16 @@ func testFleet(t *testing.T, redisAddr string, bound int) {
 		return true
 	}, 10*time.Second, 50*time.Millisecond)
 	at := driveRLS(t, clients, 5*time.Second)
+	resp, err := http.Get("http://" + servers[0].httpAddr.String() + "/metrics")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
 	if redisAddr == "" { // gossip's own metrics beside the Limiter's
-		resp, err := http.Get("http://" + servers[0].httpAddr.String() + "/metrics")
-		require.NoError(t, err)
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
 		assert.Contains(t, string(b), "hybridlimit_gossip_members 3")
 		assert.Contains(t, string(b), "hybridlimit_gossip_sent_bytes_total")
+	} else { // and Redis's
+		assert.Regexp(t, `hybridlimit_redis_commands_total [1-9]`, string(b))
+		assert.Regexp(t, `hybridlimit_redis_round_trips_total [1-9]`, string(b))
 	}
 	first, all := busiest(at, 0, 2*time.Second), busiest(at, 2*time.Second, 5*time.Second)
 	require.NoError(t, servers[2].shutdown())
