@@ -22,7 +22,11 @@ func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 	first := k.spentSeen == 0 && k.refusedSeen == 0
 	offered := float64(m.s0-k.spentSeen) + float64(m.refused-k.refusedSeen)
 	k.policy().counts.admitted.Add(m.s0 - k.spentSeen)
-	k.policy().countRefused(m.refused - k.refusedSeen)
+	why := byLease // the fleet had room when the lease was granted
+	if k.hasGrant.Load() && k.fleetRemaining.Load() <= 0 {
+		why = byLimit
+	}
+	k.policy().countRefused(m.refused-k.refusedSeen, why)
 	l.noteRefused(k.key, m.refused-k.refusedSeen)
 	k.spentSeen, k.refusedSeen = m.s0, m.refused
 	dt := now - k.forecastAt

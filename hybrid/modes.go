@@ -148,7 +148,7 @@ func (l *Limiter) decideStore(parent context.Context, k *keyState, now, n int64)
 		if n > 0 && g.Allowed {
 			p.counts.admitted.Add(n)
 		} else if n > 0 {
-			p.countRefused(uint64(n))
+			p.countRefused(uint64(n), byLimit)
 			k.refused.Add(uint64(n)) // for the most-refused keys (noteRefused)
 		}
 		var retry time.Duration

@@ -58,6 +58,15 @@ type PolicyStats struct {
 	// Admitted and Refused count requests decided, Degraded those of the
 	// Admitted that the policy's FailMode admitted without the fleet.
 	Admitted, Refused, Degraded uint64
+	// RefusedBy splits Refused by reason: "lease" (a Hybrid key's lease
+	// was spent while the fleet had room at its last sync: a refusal
+	// the fleet might have admitted), "limit" (the fleet was at its
+	// limit: the store refused a Strict key, or a Hybrid key's last sync
+	// found nothing left), "unreachable" (the FailMode refused, the
+	// fleet out of reach), "key_error" (the FailMode refused a key the
+	// fleet answered with an error of its own), "cost" (more than the
+	// policy's capacity asked at once).
+	RefusedBy map[string]uint64
 	// Shadowed counts the requests a Shadow policy would have refused
 	// and admitted (Policy.Shadow); they are not in Admitted nor Refused.
 	Shadowed uint64
@@ -83,16 +92,35 @@ type policyCounts struct {
 	admitted          atomic.Int64 // a Cancel gives back: what is admitted may go down
 	refused, degraded atomic.Uint64
 	shadow            atomic.Uint64 // refusals a Shadow policy admitted
+	by                [len(refusalReasons)]atomic.Uint64
 }
 
-// countRefused counts n requests p refused, or, if p is a Shadow policy,
-// admitted in its stead.
-func (p *policy) countRefused(n uint64) {
+// refusal is why a request was refused (PolicyStats.RefusedBy).
+type refusal int
+
+const (
+	byLease refusal = iota
+	byLimit
+	byUnreachable
+	byKeyError
+	byCost
+)
+
+// refusalReasons name the refusals, in refusal's order.
+var refusalReasons = [...]string{"lease", "limit", "unreachable", "key_error", "cost"}
+
+// countRefused counts n requests p refused for why, or, if p is a
+// Shadow policy, admitted in their stead.
+func (p *policy) countRefused(n uint64, why refusal) {
+	if n == 0 {
+		return
+	}
 	if p.Shadow {
 		p.counts.shadow.Add(n)
 		return
 	}
 	p.counts.refused.Add(n)
+	p.counts.by[why].Add(n)
 }
 
 // roundBounds are the upper bounds of Stats.RoundBuckets, in seconds.
@@ -134,7 +162,14 @@ func (k *keyState) countFailed(n int64, admitted bool) {
 	}
 	c := k.policy().counts
 	if !admitted {
-		k.policy().countRefused(uint64(n))
+		why := byUnreachable
+		switch {
+		case n > k.policy().capacity:
+			why = byCost
+		case k.failing.Load():
+			why = byKeyError
+		}
+		k.policy().countRefused(uint64(n), why)
 		return
 	}
 	c.degraded.Add(uint64(n))
@@ -149,7 +184,11 @@ func (l *Limiter) Stats() Stats {
 	var s Stats
 	t := l.policies()
 	for _, p := range t.list {
-		s.Policies = append(s.Policies, PolicyStats{Name: p.Name, Mode: p.Mode,
+		by := make(map[string]uint64, len(refusalReasons))
+		for i, r := range refusalReasons {
+			by[r] = p.counts.by[i].Load()
+		}
+		s.Policies = append(s.Policies, PolicyStats{Name: p.Name, Mode: p.Mode, RefusedBy: by,
 			Admitted: uint64(max(0, p.counts.admitted.Load())), Refused: p.counts.refused.Load(), Degraded: p.counts.degraded.Load(),
 			Shadowed: p.counts.shadow.Load(), LoadFactor: t.loadFactor(p.Name)})
 	}

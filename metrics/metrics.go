@@ -66,6 +66,11 @@ import (
 //   - hybridlimit_requests_degraded_total{policy,mode}: of the admitted,
 //     those the policy's FailMode admitted without the fleet.
 //
+//   - hybridlimit_requests_refused_total{policy,mode,reason}: the refused,
+//     by reason (hybrid.PolicyStats.RefusedBy): "lease" (a Hybrid lease
+//     spent while the fleet had room), "limit" (the fleet at its limit),
+//     "unreachable" and "key_error" (the FailMode refused), "cost".
+//
 //   - hybridlimit_sync_rounds_total, hybridlimit_sync_round_errors_total:
 //     sync rounds, and those that reached no fleet.
 //
@@ -117,6 +122,7 @@ type Collector struct {
 	calls, callErrors, breaker     *prometheus.Desc
 	topRefused, loadFactor         *prometheus.Desc
 	early, leases, leased, forgot  *prometheus.Desc
+	refusedBy                      *prometheus.Desc
 	raw                            bool // label keys as they are (RawKeys)
 }
 
@@ -135,6 +141,10 @@ func (c *Collector) label(key string) string {
 	h := sha256.Sum256([]byte(key))
 	return "h:" + hex.EncodeToString(h[:8])
 }
+
+// refusalReasons are hybrid.PolicyStats.RefusedBy's keys, in the order
+// they are exported.
+var refusalReasons = []string{"lease", "limit", "unreachable", "key_error", "cost"}
 
 // breakerStates are the states hybridlimit_breaker_state reports.
 var breakerStates = []string{"closed", "open", "half-open"}
@@ -166,6 +176,7 @@ func NewCollector(l *hybrid.Limiter, opts ...Option) *Collector {
 		breaker:     prometheus.NewDesc("hybridlimit_breaker_state", "1 for the state a fleet's circuit breaker is in, 0 for the others.", []string{"fleet", "state"}, nil),
 		loadFactor:  prometheus.NewDesc("hybridlimit_load_factor", "What the policy's limit is scaled by: 1 unless a load factor is set.", []string{"policy"}, nil),
 		topRefused:  prometheus.NewDesc("hybridlimit_top_refused_requests", "Requests refused over the last one to two minutes, for the keys refused most (estimate).", key, nil),
+		refusedBy:   prometheus.NewDesc("hybridlimit_requests_refused_total", "Requests refused, by policy and reason: lease, limit, unreachable, key_error, cost.", []string{"policy", "mode", "reason"}, nil),
 		early:       prometheus.NewDesc("hybridlimit_early_syncs_total", "Early syncs: rounds for keys whose lease ran low before their regular sync.", nil, nil),
 		leases:      prometheus.NewDesc("hybridlimit_leases_total", "Leases the fleet granted this node's Hybrid keys.", nil, nil),
 		leased:      prometheus.NewDesc("hybridlimit_leased_tokens_total", "The sizes of the leases granted, in all (requests).", nil, nil),
@@ -181,7 +192,7 @@ func NewCollector(l *hybrid.Limiter, opts ...Option) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.keys, c.health, c.factor, c.failing, c.late, c.hotStripes, c.hotShards, c.hotRate,
 		c.requests, c.degraded, c.rounds, c.roundErrors, c.roundTime, c.roundKeys, c.calls, c.callErrors, c.breaker, c.topRefused, c.loadFactor,
-		c.early, c.leases, c.leased, c.forgot} {
+		c.early, c.leases, c.leased, c.forgot, c.refusedBy} {
 		ch <- d
 	}
 }
@@ -207,6 +218,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(p.Admitted), p.Name, mode, "admitted")
 		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(p.Refused), p.Name, mode, "refused")
 		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.CounterValue, float64(p.Degraded), p.Name, mode)
+		for _, reason := range refusalReasons {
+			ch <- prometheus.MustNewConstMetric(c.refusedBy, prometheus.CounterValue, float64(p.RefusedBy[reason]), p.Name, mode, reason)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.rounds, prometheus.CounterValue, float64(st.Rounds))
 	ch <- prometheus.MustNewConstMetric(c.roundErrors, prometheus.CounterValue, float64(st.RoundErrors))
