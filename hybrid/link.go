@@ -23,11 +23,12 @@ type link struct {
 
 	mu     sync.Mutex // guards br: strict decisions report to it from any goroutine
 	br     *breaker.Breaker
-	closed atomic.Bool   // br is closed: strict decisions and early syncs may call
-	clean  atomic.Bool   // br is closed with no failure counted: a success changes nothing
-	okAt   atomic.Int64  // when a call last had an answer (wall, Unix ns): see strictCut
-	calls  atomic.Uint64 // calls that reported to result, for Stats
-	errors atomic.Uint64 // of them, those that did not reach the fleet
+	closed atomic.Bool                     // br is closed: strict decisions and early syncs may call
+	clean  atomic.Bool                     // br is closed with no failure counted: a success changes nothing
+	okAt   atomic.Int64                    // when a call last had an answer (wall, Unix ns): see strictCut
+	calls  atomic.Uint64                   // calls that reported to result, for Stats
+	errors atomic.Uint64                   // of them, those that did not reach the fleet
+	causes [len(errorCauses)]atomic.Uint64 // errors by cause (FleetStats.ErrorsBy)
 
 	req      fleet.Request // the sync loop's scratch, under Limiter.syncMu
 	stretch  time.Duration // how long the next probe may take, if more than SyncTimeout; under Limiter.syncMu
@@ -67,6 +68,24 @@ func (f *link) timed(base time.Duration, err error) {
 	}
 }
 
+// errorCauses name why a call did not reach its fleet, for
+// FleetStats.ErrorsBy: it ran out of time, no connection could be made,
+// or anything else (the connection lost mid-call, a cluster moving, a
+// reply that could not be read).
+var errorCauses = [...]string{"timeout", "connect", "other"}
+
+// causeOf is the index in errorCauses of err's cause.
+func causeOf(err error) int {
+	var op *net.OpError
+	switch {
+	case timedOut(err):
+		return 0
+	case errors.As(err, &op) && op.Op == "dial":
+		return 1
+	}
+	return 2
+}
+
 // timedOut reports whether err says a call ran out of time: its context's
 // deadline, or a socket's (go-redis sets the connection's deadline from
 // the context's, and reports an i/o timeout).
@@ -102,6 +121,7 @@ func (f *link) result(now time.Time, err error) {
 	f.calls.Add(1)
 	if !ok {
 		f.errors.Add(1)
+		f.causes[causeOf(err)].Add(1)
 	}
 	if ok && f.okAt.Load() < now.UnixNano() {
 		f.okAt.Store(now.UnixNano())

@@ -85,6 +85,9 @@ type FleetStats struct {
 	// Calls counts the syncs and Strict decisions sent to it, Errors
 	// those that did not reach it.
 	Calls, Errors uint64
+	// ErrorsBy splits Errors by cause: "timeout" (the call ran out of
+	// time), "connect" (no connection could be made), "other".
+	ErrorsBy map[string]uint64
 }
 
 // policyCounts are a policy's counters.
@@ -193,8 +196,12 @@ func (l *Limiter) Stats() Stats {
 			Shadowed: p.counts.shadow.Load(), LoadFactor: t.loadFactor(p.Name)})
 	}
 	for _, f := range l.fleets {
+		by := make(map[string]uint64, len(errorCauses))
+		for i, c := range errorCauses {
+			by[c] = f.causes[i].Load()
+		}
 		s.Fleets = append(s.Fleets, FleetStats{Name: f.name, Breaker: f.state(l.wall(l.now())),
-			Calls: f.calls.Load(), Errors: f.errors.Load()})
+			Calls: f.calls.Load(), Errors: f.errors.Load(), ErrorsBy: by})
 	}
 	r := &l.rounds
 	s.Rounds, s.RoundErrors = r.n.Load(), r.errors.Load()

@@ -91,7 +91,8 @@ import (
 //
 //   - hybridlimit_fleet_calls_total{fleet}, hybridlimit_fleet_errors_total{fleet}:
 //     calls (syncs and Strict decisions) to Config.Syncer ("Syncer") and
-//     Config.Failover ("Failover"), and those that did not reach it.
+//     Config.Failover ("Failover"), and those that did not reach it, by
+//     cause ("timeout", "connect", "other").
 //
 //   - hybridlimit_breaker_state{fleet,state}: 1 for the state the
 //     fleet's circuit breaker is in ("closed", "open", "half-open"), 0
@@ -146,6 +147,10 @@ func (c *Collector) label(key string) string {
 // they are exported.
 var refusalReasons = []string{"lease", "limit", "unreachable", "key_error", "cost"}
 
+// errorCauses are hybrid.FleetStats.ErrorsBy's keys, in the order they
+// are exported.
+var errorCauses = []string{"timeout", "connect", "other"}
+
 // breakerStates are the states hybridlimit_breaker_state reports.
 var breakerStates = []string{"closed", "open", "half-open"}
 
@@ -172,7 +177,7 @@ func NewCollector(l *hybrid.Limiter, opts ...Option) *Collector {
 		roundTime:   prometheus.NewDesc("hybridlimit_sync_round_duration_seconds", "How long sync rounds take.", nil, nil),
 		roundKeys:   prometheus.NewDesc("hybridlimit_sync_round_keys", "Hybrid keys the last sync round had to sync.", nil, nil),
 		calls:       prometheus.NewDesc("hybridlimit_fleet_calls_total", "Calls to a fleet: syncs and Strict decisions.", []string{"fleet"}, nil),
-		callErrors:  prometheus.NewDesc("hybridlimit_fleet_errors_total", "Calls to a fleet that did not reach it.", []string{"fleet"}, nil),
+		callErrors:  prometheus.NewDesc("hybridlimit_fleet_errors_total", "Calls to a fleet that did not reach it, by cause: timeout, connect, other.", []string{"fleet", "cause"}, nil),
 		breaker:     prometheus.NewDesc("hybridlimit_breaker_state", "1 for the state a fleet's circuit breaker is in, 0 for the others.", []string{"fleet", "state"}, nil),
 		loadFactor:  prometheus.NewDesc("hybridlimit_load_factor", "What the policy's limit is scaled by: 1 unless a load factor is set.", []string{"policy"}, nil),
 		topRefused:  prometheus.NewDesc("hybridlimit_top_refused_requests", "Requests refused over the last one to two minutes, for the keys refused most (estimate).", key, nil),
@@ -233,7 +238,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.forgot, prometheus.CounterValue, float64(st.Forgotten))
 	for _, f := range st.Fleets {
 		ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(f.Calls), f.Name)
-		ch <- prometheus.MustNewConstMetric(c.callErrors, prometheus.CounterValue, float64(f.Errors), f.Name)
+		for _, cause := range errorCauses {
+			ch <- prometheus.MustNewConstMetric(c.callErrors, prometheus.CounterValue, float64(f.ErrorsBy[cause]), f.Name, cause)
+		}
 		for _, state := range breakerStates {
 			on := 0.0
 			if f.Breaker == state {

@@ -84,11 +84,17 @@ func TestCollectorOutage(t *testing.T) {
 	m = scrape()
 	t.Logf("2 s into the outage: health %v, breaker open %v, round errors %v, fleet errors %v, ladder %v",
 		m["hybridlimit_health"], m["hybridlimit_breaker_state{Syncer,open}"], m["hybridlimit_sync_round_errors_total"],
-		m["hybridlimit_fleet_errors_total{Syncer}"], m["hybridlimit_ladder_factor"])
+		m["hybridlimit_fleet_errors_total{timeout,Syncer}"], m["hybridlimit_ladder_factor"])
 	assert.GreaterOrEqual(t, m["hybridlimit_health"], 1.0, "degraded")
 	assert.Equal(t, 1.0, m["hybridlimit_breaker_state{Syncer,open}"]+m["hybridlimit_breaker_state{Syncer,half-open}"], "the breaker has opened")
 	assert.GreaterOrEqual(t, m["hybridlimit_sync_round_errors_total"], 5.0)
-	assert.Positive(t, m["hybridlimit_fleet_errors_total{Syncer}"])
+	t.Logf("fleet errors by cause: timeout %v, connect %v, other %v", m["hybridlimit_fleet_errors_total{timeout,Syncer}"],
+		m["hybridlimit_fleet_errors_total{connect,Syncer}"], m["hybridlimit_fleet_errors_total{other,Syncer}"])
+	// go-redis's pool retries a refused dial until the call's context
+	// ends: a dead Redis is seen as timeouts, not as refused connections.
+	assert.Equal(t, m["hybridlimit_sync_round_errors_total"], m["hybridlimit_fleet_errors_total{timeout,Syncer}"]+
+		m["hybridlimit_fleet_errors_total{connect,Syncer}"]+m["hybridlimit_fleet_errors_total{other,Syncer}"], "every error has a cause")
+	assert.Positive(t, m["hybridlimit_fleet_errors_total{timeout,Syncer}"])
 	assert.Equal(t, 1.0, m["hybridlimit_ladder_factor"], "its whole share for the first 5 s")
 
 	steps(40) // 6 s
