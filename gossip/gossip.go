@@ -356,8 +356,8 @@ func (g *Gossip) mergeLoop(ctx context.Context) {
 			// clock reading; no more, so that a steady stream cannot hold
 			// the lock Sync needs, nor merge by a stale clock.
 			now := g.now()
-			start := g.clk.Nanotime()
 			g.lock()
+			start := g.clk.Nanotime()
 			g.receive(b, now)
 			for range len(g.inbox) {
 				g.receive(<-g.inbox, now)

@@ -16,16 +16,16 @@ import (
 // lease nor the fleet can answer. now is always read by then.
 func (l *Limiter) failed(k *keyState, now, n int64) Decision {
 	if n > k.policy().capacity {
-		k.countFailed(n, false)
+		l.countFailed(k, n, false)
 		return makeDecision(k.policy().capacity, 0, local.Never, 0, true) // not even FailOpen admits it
 	}
 	switch k.policy().OnUnreachable {
 	case FailOpen:
 		k.spend(n)
-		k.countFailed(n, true)
+		l.countFailed(k, n, true)
 		return makeDecision(k.policy().capacity, k.policy().capacity, 0, 0, true)
 	case FailClosed:
-		k.countFailed(n, false)
+		l.countFailed(k, n, false)
 		return makeDecision(k.policy().capacity, 0, l.retryAfter(now), 0, true)
 	}
 	l.sizeFallback(k, now)
@@ -36,7 +36,7 @@ func (l *Limiter) failed(k *keyState, now, n int64) Decision {
 	if r.Allowed() && n > 0 {
 		k.spend(n)
 	}
-	k.countFailed(n, r.Allowed())
+	l.countFailed(k, n, r.Allowed())
 	return degrade(r)
 }
 

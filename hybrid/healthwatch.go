@@ -26,12 +26,11 @@ type healthWatch struct {
 const logBudget = 10
 
 // log logs msg at level within the budget; a line held back is counted,
-// and the count goes with the next line logged. w.mu is held.
+// and the count goes with the next line logged, or, once the minute is
+// over, with a line that says where things stand (rollBudget), so that
+// a line held back cannot leave the log saying what no longer holds for
+// more than a minute. w.mu is held.
 func (l *Limiter) log(w *healthWatch, level slog.Level, msg string, attrs ...any) {
-	now := l.now()
-	if now-w.since >= int64(time.Minute) {
-		w.since, w.lines = now, 0
-	}
 	if w.lines >= logBudget {
 		w.dropped++
 		return
@@ -42,6 +41,25 @@ func (l *Limiter) log(w *healthWatch, level slog.Level, msg string, attrs ...any
 		w.dropped = 0
 	}
 	l.cfg.Logger.Log(context.Background(), level, msg, attrs...)
+}
+
+// rollBudget starts a new minute of the budget when the last is over,
+// first logging where things stand if lines were held back in it. w.mu
+// is held.
+func (l *Limiter) rollBudget(w *healthWatch, h partition.Health) {
+	now := l.now()
+	if now-w.since < int64(time.Minute) {
+		return
+	}
+	w.since, w.lines = now, 0
+	if w.dropped > 0 { // the budget is new: this line is logged
+		level := slog.LevelWarn
+		if h.Level == partition.Healthy {
+			level = slog.LevelInfo
+		}
+		l.log(w, level, "hybridlimit: lines held back in the last minute; health now",
+			slog.String("level", h.Level.String()), slog.Float64("factor", h.Factor), slog.Any("breakers", w.breakers))
+	}
 }
 
 // watchHealth tells Config.OnHealthChange and the Logger when Health's
@@ -55,6 +73,7 @@ func (l *Limiter) watchHealth() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h := l.Health()
+	l.rollBudget(w, h)
 	l.watchBreakers(w)
 	if h.Level == w.last.Level {
 		if h.Level != partition.Healthy && h.Factor != w.last.Factor {

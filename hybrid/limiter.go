@@ -254,6 +254,7 @@ func (l *Limiter) refuse(k *keyState, now, n int64) (Decision, error) {
 	reset := time.Duration(max(0, k.resetAt.Load()-now))
 	p := k.policy()
 	if n > p.capacity {
+		p.countRefused(uint64(n), byCost) // rare: a shared counter is fine
 		return makeDecision(p.capacity, 0, local.Never, reset, false), nil
 	}
 	if l.degraded.Load() || k.failing.Load() {

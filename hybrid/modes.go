@@ -102,7 +102,7 @@ func (l *Limiter) decideStore(parent context.Context, k *keyState, now, n int64)
 	if tr := l.cfg.Tracer; tr != nil {
 		var end func(error)
 		ctx, end = tr.Start(ctx, "strict", p.Name, int(n))
-		defer func() { end(err) }()
+		defer func() { endSpan(end, err) }()
 	}
 	set := k.shards.Load()
 	if set != nil && l.now() < k.shardUntil.Load() {
@@ -148,7 +148,11 @@ func (l *Limiter) decideStore(parent context.Context, k *keyState, now, n int64)
 		if n > 0 && g.Allowed {
 			p.counts.admitted.Add(n)
 		} else if n > 0 {
-			p.countRefused(uint64(n), byLimit)
+			why := byLimit
+			if n > p.capacity {
+				why = byCost
+			}
+			p.countRefused(uint64(n), why)
 			k.refused.Add(uint64(n)) // for the most-refused keys (noteRefused)
 		}
 		var retry time.Duration

@@ -39,6 +39,9 @@ func TestRefusedBy(t *testing.T) {
 		sync()
 	}
 	admit(t, l, "roomy", 1500)
+	d, err := l.AllowN("roomy", 5000) // more than the bucket holds
+	require.NoError(t, err)
+	require.False(t, d.Allowed())
 	// The fleet has 5 for "spent", all leased: the rest are refused for
 	// the limit.
 	admit(t, l, "spent", 50)
@@ -58,6 +61,7 @@ func TestRefusedBy(t *testing.T) {
 	t.Logf("api: %v of %d", api, refused)
 	assert.Positive(t, api["lease"], "roomy's lease ran dry")
 	assert.GreaterOrEqual(t, api["limit"], uint64(50), "spent's fleet had nothing left")
+	assert.Equal(t, uint64(5000), api["cost"], "a request larger than the policy allows")
 	assert.Equal(t, refused, api["lease"]+api["limit"]+api["unreachable"]+api["key_error"]+api["cost"], "the reasons add up")
 
 	// The fleet gone: once its lease lapses, a FailClosed key is refused

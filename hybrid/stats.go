@@ -64,7 +64,8 @@ type PolicyStats struct {
 	// limit: the store refused a Strict key, or a Hybrid key's last sync
 	// found nothing left), "unreachable" (the FailMode refused, the
 	// fleet out of reach), "key_error" (the FailMode refused a key the
-	// fleet answered with an error of its own), "cost" (more than the
+	// fleet could not decide while it decided others: an error of the
+	// key's own, or its part of the store down), "cost" (more than the
 	// policy's capacity asked at once).
 	RefusedBy map[string]uint64
 	// Shadowed counts the requests a Shadow policy would have refused
@@ -159,7 +160,12 @@ func (l *Limiter) countRound(d time.Duration, keys int, err error) {
 // countFailed records a request of cost n that the policy's FailMode
 // decided. A Hybrid key's admissions are counted from its counters at
 // its next sync; a Strict key's are counted here.
-func (k *keyState) countFailed(n int64, admitted bool) {
+//
+// A refusal is the key's own (key_error) if the key is failing while the
+// fleet's breaker is closed: its part of the fleet answered it with an
+// error, or is down (a Cluster master) while the rest answers. With the
+// breaker open the whole fleet is out of reach (unreachable).
+func (l *Limiter) countFailed(k *keyState, n int64, admitted bool) {
 	if n <= 0 {
 		return
 	}
@@ -169,7 +175,7 @@ func (k *keyState) countFailed(n int64, admitted bool) {
 		switch {
 		case n > k.policy().capacity:
 			why = byCost
-		case k.failing.Load():
+		case k.failing.Load() && l.fleets[0].closed.Load():
 			why = byKeyError
 		}
 		k.policy().countRefused(uint64(n), why)

@@ -77,10 +77,10 @@ func (l *Limiter) syncOnce(ctx context.Context) (err error) {
 	l.shardHot(ctx, now)
 	batch := l.collect(now)
 	keys = len(batch)
-	if tr := l.cfg.Tracer; tr != nil {
+	if tr := l.cfg.Tracer; tr != nil && (keys > 0 || len(l.syncs.owed) > 0) { // an idle round calls no fleet: no span
 		var end func(error)
 		ctx, end = tr.Start(ctx, "sync", "", keys)
-		defer func() { end(err) }()
+		defer func() { endSpan(end, err) }()
 	}
 	l.tendLeaseShards(ctx, now, batch)
 	err = l.syncRound(ctx, now, batch, regular, l.cfg.Interval)

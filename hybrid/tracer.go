@@ -2,9 +2,10 @@ package hybrid
 
 import "context"
 
-// A Tracer traces what a Limiter does on the network: each sync round
-// and each Strict decision, never a Hybrid or Local decision (those are
-// made in memory). Package tracing makes OpenTelemetry spans of them;
+// A Tracer traces what a Limiter does on the network: each regular sync
+// round that has keys to sync or charges to settle (not early syncs,
+// nor Close's last round) and each Strict decision, never a Hybrid or
+// Local decision (those are made in memory). Package tracing makes OpenTelemetry spans of them;
 // the Limiter links no tracing library itself.
 //
 // Start is called when the operation begins, with the context it will
@@ -18,4 +19,11 @@ import "context"
 // they must not block.
 type Tracer interface {
 	Start(ctx context.Context, op, policy string, n int) (context.Context, func(error))
+}
+
+// endSpan calls end, a Tracer's, with err, if there is one.
+func endSpan(end func(error), err error) {
+	if end != nil {
+		end(err)
+	}
 }

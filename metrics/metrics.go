@@ -89,7 +89,7 @@ import (
 //   - hybridlimit_keys_forgotten_total: keys forgotten (idle, evicted at
 //     MaxKeys, or moved by a change of policy).
 //
-//   - hybridlimit_fleet_calls_total{fleet}, hybridlimit_fleet_errors_total{fleet}:
+//   - hybridlimit_fleet_calls_total{fleet}, hybridlimit_fleet_errors_total{fleet,cause}:
 //     calls (syncs and Strict decisions) to Config.Syncer ("Syncer") and
 //     Config.Failover ("Failover"), and those that did not reach it, by
 //     cause ("timeout", "connect", "other").

@@ -94,6 +94,8 @@ func parse(args []string, env func(string) string, usage io.Writer) (*options, e
 		return nil, err
 	case o.config == "" && len(o.envoy) == 0:
 		return nil, errors.New("give --config (a rules file), --envoy-config (an envoyproxy/ratelimit configuration), or both")
+	case o.gossipGrace <= 0:
+		return nil, fmt.Errorf("--gossip-grace %v: give a positive duration (how long a silent member's share stays reserved)", o.gossipGrace)
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	case o.gossipSeeds != "" && o.gossipBind == "":

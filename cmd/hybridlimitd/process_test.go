@@ -105,7 +105,9 @@ func TestKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three processes driven for 13 s, twice")
 	}
-	t.Parallel()
+	// Not beside the package's parallel tests: its six processes starved
+	// TestFleet's callers, which caught up in bursts the bucket's savings
+	// admitted (615 and 699 in a second against 500 under a CI run).
 	for _, via := range []string{"redis", "gossip"} {
 		t.Run(via, func(t *testing.T) {
 			t.Parallel()

@@ -52,6 +52,7 @@ func TestParse(t *testing.T) {
 		{[]string{"--config", "r", "--gossip-seeds", "a"}, "needs --gossip-bind"},
 		{[]string{"--config", "r", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--config", "r", "--shutdown-grace", "soon"}, "invalid value"},
+		{[]string{"--config", "r", "--gossip-grace", "0s"}, "give a positive duration"},
 	} {
 		_, err := parse(tt.args, func(string) string { return "" }, io.Discard)
 		assert.ErrorContains(t, err, tt.want, "%v", tt.args)
