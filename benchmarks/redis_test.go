@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,6 +142,54 @@ func commands(b *testing.B, admin *redis.Client) int64 {
 	return total
 }
 
+// redisCPU is the CPU time Redis has used (INFO cpu: used_cpu_sys and
+// used_cpu_user, its main thread and the others).
+func redisCPU(b *testing.B, admin *redis.Client) time.Duration {
+	b.Helper()
+	info, err := admin.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		name, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu line %q: %v", sc.Text(), err)
+			}
+			total += x
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// timed is allow timing every 64th call into *lat: the calls' latency,
+// sampled so that timing costs the fast ones (a Hybrid decision in
+// memory) next to nothing, into a ring of the last 4,096 samples made
+// once, so that it allocates nothing per call. One goroutine's.
+func timed(allow decider, lat *[]time.Duration) decider {
+	const ring = 1 << 12
+	*lat = make([]time.Duration, 0, ring)
+	n := 0
+	return func(key string) (bool, error) {
+		n++
+		if n&63 != 0 {
+			return allow(key)
+		}
+		t := time.Now()
+		ok, err := allow(key)
+		d := time.Since(t)
+		if len(*lat) < ring {
+			*lat = append(*lat, d)
+		} else {
+			(*lat)[(n>>6)%ring] = d
+		}
+		return ok, err
+	}
+}
+
 // redisContender makes a decider over client; done releases it.
 type redisContender func(b *testing.B, client *redis.Client) (allow decider, done func())
 
@@ -218,27 +267,39 @@ func redisBench(b *testing.B, newContender redisContender) {
 				time.Sleep(200 * time.Millisecond)
 				warmUp(b, allow, keys)
 
-				cmds0, rtt0 := commands(b, admin), rtt.n.Load()
+				cmds0, rtt0, cpu0 := commands(b, admin), rtt.n.Load(), redisCPU(b, admin)
 				var admitted, failed atomic.Int64
+				var mu sync.Mutex
+				var lat []time.Duration
 				b.ReportAllocs()
 				key := func(i int) string { return keys[i%nkeys] }
 				if g == 1 {
-					ok, bad := tally(allow, key, 0, b.Loop)
+					ok, bad := tally(timed(allow, &lat), key, 0, b.Loop)
 					admitted.Add(int64(ok))
 					failed.Add(int64(bad))
 				} else {
 					b.SetParallelism(par)
 					b.ResetTimer()
 					b.RunParallel(func(pb *testing.PB) {
-						ok, bad := tally(allow, key, int(offset.Add(1)), pb.Next)
+						var mine []time.Duration
+						ok, bad := tally(timed(allow, &mine), key, int(offset.Add(1)), pb.Next)
 						admitted.Add(int64(ok))
 						failed.Add(int64(bad))
+						mu.Lock()
+						lat = append(lat, mine...)
+						mu.Unlock()
 					})
 					b.StopTimer()
 				}
-				cmds, rtts := commands(b, admin)-cmds0, rtt.n.Load()-rtt0
+				cmds, rtts, cpu := commands(b, admin)-cmds0, rtt.n.Load()-rtt0, redisCPU(b, admin)-cpu0
 				b.ReportMetric(float64(cmds)/float64(b.N), "cmds/op")
 				b.ReportMetric(float64(rtts)/float64(b.N), "rtt/op")
+				b.ReportMetric(cpu.Seconds()*1e9/float64(b.N), "redis-cpu-ns/op")
+				if len(lat) > 0 {
+					slices.Sort(lat)
+					b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+					b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+				}
 				report(b, int(admitted.Load()), int(failed.Load()))
 			})
 		}
