@@ -33,7 +33,7 @@ func fmtNum(x float64) string {
 	switch {
 	case x == 0:
 		return "0"
-	case math.Abs(x) >= 1000:
+	case math.Abs(x) >= 999.5: // what rounds to 1,000 or more
 		s := strconv.FormatFloat(math.Round(x), 'f', 0, 64)
 		for i := len(s) - 3; i > 0; i -= 3 {
 			s = s[:i] + "," + s[i:]
