@@ -21,6 +21,11 @@ doc=../docs/benchmarks.md
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/bench.test" .
+# hybridlimitd's rate limit service beside envoyproxy/ratelimit's
+# approach lives in the root module's package main (cmd/hybridlimitd):
+# built there, run in the same passes.
+(cd .. && go test -c -o "$tmp/rls.test" ./cmd/hybridlimitd)
+rls="$tmp/rls.test -test.run '^\$' -test.bench '^BenchmarkRLS(PerRequest)?\$' -test.benchtime $BENCHTIME -test.count 1 -test.timeout 30m"
 
 run="$tmp/bench.test -test.run '^\$' -test.bench . -test.benchtime $BENCHTIME -test.count 1 -test.timeout 30m"
 
@@ -52,6 +57,7 @@ start=$(date +%s)
 for i in $(seq "$COUNT"); do
 	echo "run.sh: pass $i of $COUNT" >&2
 	eval "$run" | tee -a "$raw"
+	(cd ../cmd/hybridlimitd && eval "$rls") | tee -a "$raw"
 done
 echo "run.sh: benchmarks took $(($(date +%s) - start)) s" >&2
 

@@ -88,3 +88,42 @@ func fleetReading(r *results) []string {
 	}
 	return s
 }
+
+// rlsSection writes section 5: hybridlimitd's rate limit service beside
+// the per-request approach, from cmd/hybridlimitd's BenchmarkRLS and
+// BenchmarkRLSPerRequest, which run.sh runs in the same passes.
+func rlsSection(w *strings.Builder, r *results) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	p("\n## 5. hybridlimitd beside envoyproxy/ratelimit's approach\n\n")
+	var cases []string
+	for _, name := range r.order {
+		if c, ok := strings.CutPrefix(name, "RLS/"); ok {
+			cases = append(cases, c)
+		}
+	}
+	if len(cases) > 0 {
+		p("| tenants | hybridlimitd decisions/s | per-request decisions/s | × per-request | p99 (ours / per-request) | Redis commands a decision (ours / per-request) | refused, %% (ours) | runs |\n")
+		p("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, c := range cases {
+			med := func(name, unit string) float64 { v, _ := r.median(name, unit); return v }
+			ours, theirs := "RLS/"+c, "RLSPerRequest/"+c
+			p("| %s | %s | %s | %s | %s / %s | %s / %s | %s | %d |\n", strings.TrimPrefix(c, "tenants="),
+				fmtNum(med(ours, "decisions/s")), fmtNum(med(theirs, "decisions/s")), fmtRatio(med(ours, "decisions/s")/med(theirs, "decisions/s")),
+				fmtNs(1e6*med(ours, "p99-ms")), fmtNs(1e6*med(theirs, "p99-ms")),
+				fmtNum(med(ours, "redis-cmds/op")), fmtNum(med(theirs, "redis-cmds/op")), fmtNum(med(ours, "refused-%")), r.count(ours))
+		}
+	}
+	p(`
+BenchmarkRLS and BenchmarkRLSPerRequest are in cmd/hybridlimitd (a
+package main, which this module cannot import); run.sh builds them in
+the root module and runs them in the same passes. A real gRPC client
+calls one server on a real Redis from 64 goroutines over one connection,
+a descriptor of one of 10 or 1,000 tenants a call, each far under its
+limit. The per-request server is the same gRPC service deciding as
+envoyproxy/ratelimit does, a Redis pipeline (INCRBY, EXPIRE on a fixed
+window's counter) per call; envoyproxy/ratelimit's own binary is not run
+here. Both are closed loops saturating the 2 cores, which the client,
+the server and Redis share: the p99s are those of a saturated machine.
+docs/server.md has the open-loop figures (a fixed offered rate).
+`)
+}

@@ -253,15 +253,7 @@ per decision: its cmds/op falls as the decision rate rises, and
 Redis cmds/s is the figure to compare.
 `)
 	fleetSection(w, r)
-	p("\n## 5. hybridlimitd beside envoyproxy/ratelimit's approach\n\n")
-	p(`The rate limit service is measured with its own package:
-BenchmarkRLS and BenchmarkRLSPerRequest in cmd/hybridlimitd (a package
-main, which this module cannot import), a real gRPC client against one
-hybridlimitd on a real Redis, beside the same service deciding as
-envoyproxy/ratelimit does, a Redis pipeline per call. The figures and
-the command are in [server.md](server.md#measured).
-envoyproxy/ratelimit's own binary is not run here.
-`)
+	rlsSection(w, r)
 	p("\n## Reading\n\n")
 	reading(w, r)
 }
