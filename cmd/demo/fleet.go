@@ -156,13 +156,11 @@ func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error)
 	fmt.Fprintln(w, "Each cell: admitted/offered in the last second, the node's share of the hot tenant's")
 	fmt.Fprintln(w, "admissions, and its health (H healthy, D degraded, E emergency).")
 	fmt.Fprintln(w)
-	header := fmt.Sprintf("%6s", "time")
-	for _, n := range nodes {
-		header += fmt.Sprintf(" %17s", n.name)
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.name
 	}
-	header += fmt.Sprintf(" %18s", "hot tenant (limit)")
-	fmt.Fprintln(w, header)
-	fmt.Fprintln(w, strings.Repeat("-", len(header)))
+	printHeader(w, names, 17)
 
 	ctx, cancel := context.WithTimeout(ctx, d.duration)
 	defer cancel()
@@ -468,4 +466,16 @@ func (s *fleetSummary) print(w io.Writer, asJSON bool) error {
 		fmt.Fprintf(w, "  %s\n", e)
 	}
 	return nil
+}
+
+// printHeader writes the table's header: time, a column of width for
+// each node, and the hot tenant's; then a rule under it.
+func printHeader(w io.Writer, nodes []string, width int) {
+	header := fmt.Sprintf("%6s", "time")
+	for _, n := range nodes {
+		header += fmt.Sprintf(" %*s", width, n)
+	}
+	header += fmt.Sprintf(" %18s", "hot tenant (limit)")
+	fmt.Fprintln(w, header)
+	fmt.Fprintln(w, strings.Repeat("-", len(header)))
 }

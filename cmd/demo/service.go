@@ -107,13 +107,11 @@ func (d *fleetDemo) runService(ctx context.Context, w io.Writer) (*fleetSummary,
 	}
 	fmt.Fprintln(w, "Each cell: allowed/asked in the last second, and the node's /readyz (R ready, N not ready, - down).")
 	fmt.Fprintln(w)
-	header := fmt.Sprintf("%6s", "time")
-	for _, n := range nodes {
-		header += fmt.Sprintf(" %13s", n.name)
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.name
 	}
-	header += fmt.Sprintf(" %18s", "hot tenant (limit)")
-	fmt.Fprintln(w, header)
-	fmt.Fprintln(w, strings.Repeat("-", len(header)))
+	printHeader(w, names, 13)
 
 	runCtx, cancel := context.WithTimeout(ctx, d.duration)
 	defer cancel()
