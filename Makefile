@@ -60,6 +60,7 @@ bench-peers: redis-server
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzBuckets -fuzztime 60s ./local/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./gossip/
+	$(GO) test -run '^$$' -fuzz FuzzDocuments -fuzztime 60s ./gossip/
 	$(GO) test -run '^$$' -fuzz FuzzSpaceSaving -fuzztime 60s ./internal/sketch/
 	$(GO) test -run '^$$' -fuzz FuzzGrantStriped -fuzztime 60s ./hybrid/
 	$(GO) test -run '^$$' -fuzz FuzzCosts -fuzztime 60s ./hybrid/

@@ -303,3 +303,9 @@ var ErrInvalid = errors.New("fleet: invalid request")
 // the fleet cannot answer (its policy's FailMode), and say so. The key
 // recovers when its state expires or is deleted.
 var ErrCorrupt = errors.New("fleet: corrupt state in the store")
+
+// ErrVersion is wrapped by the error of a shared document's Save
+// (global.Document, gossip.Document) when the document is no longer the
+// version the change was made to: another node saved first. Load it
+// again and redo the change.
+var ErrVersion = errors.New("fleet: the document changed since it was read; load it again")

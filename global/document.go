@@ -2,18 +2,12 @@ package global
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 )
-
-// ErrVersion is returned by Document.Save when the stored document is no
-// longer the version the change was made to: another node saved first.
-// Load it again and redo the change.
-var ErrVersion = errors.New("global: the document changed since it was read; load it again")
 
 // maxDocument bounds a document, written or read: a rules file's bound
 // (package rules), since a node parses what it loads, and a 1 MiB YAML
@@ -64,7 +58,7 @@ return {v, redis.call('HGET', KEYS[1], 'doc') or ''}
 // than prev, or, for the first, Redis's time in microseconds, so that a
 // document saved anew after Redis lost it is above every version before.
 // If another version was saved since prev, it stores nothing and returns
-// the stored version with an error wrapping ErrVersion.
+// the stored version with an error wrapping fleet.ErrVersion.
 func (d *Document) Save(ctx context.Context, doc []byte, prev uint64) (uint64, error) {
 	if len(doc) > maxDocument {
 		return 0, fmt.Errorf("%w: a document of %d bytes; at most %d", fleet.ErrInvalid, len(doc), maxDocument)
@@ -79,7 +73,7 @@ func (d *Document) Save(ctx context.Context, doc []byte, prev uint64) (uint64, e
 		return 0, d.r.corrupt(d.key, "the store answered %v to a save", v)
 	}
 	if v[0] != 1 {
-		return uint64(v[1]), fmt.Errorf("%w: version %d is stored, the change was made to %d", ErrVersion, v[1], prev)
+		return uint64(v[1]), fmt.Errorf("%w: version %d is stored, the change was made to %d", fleet.ErrVersion, v[1], prev)
 	}
 	return uint64(v[1]), nil
 }

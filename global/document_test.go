@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
-	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 )
 
@@ -41,7 +40,7 @@ func TestDocument(t *testing.T) {
 	v2, err := b.Save(ctx, []byte("two"), v1)
 	require.NoError(t, err)
 	got, err := a.Save(ctx, []byte("stale"), v1)
-	require.ErrorIs(t, err, global.ErrVersion)
+	require.ErrorIs(t, err, fleet.ErrVersion)
 	assert.Equal(t, v2, got, "the stored version")
 	doc, _, err = a.Load(ctx, 0)
 	require.NoError(t, err)

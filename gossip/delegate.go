@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bytes"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,11 @@ func (d *delegate) NotifyMsg(b []byte) {
 		return
 	}
 	d.stats.bytesIn.Add(uint64(len(b)))
+	if len(b) >= headerLen && b[2] == kindDocument {
+		// Rare, and up to maxDocument: kept at once rather than queued.
+		(*Gossip)(d).receiveDocument(b)
+		return
+	}
 	select {
 	case d.inbox <- append([]byte(nil), b...):
 	default:
@@ -43,25 +49,55 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 }
 
 // LocalState is this node's side of a push/pull: a snapshot of every
-// active entry it knows, its own first, at most MaxSnapshotKeys of them.
+// active entry it knows, its own first, at most MaxSnapshotKeys of them,
+// bundled with the documents it holds, if any (document.go).
 func (d *delegate) LocalState(join bool) []byte {
 	g := (*Gossip)(d)
 	now := g.now()
 	g.lock()
-	defer g.mu.Unlock()
 	var w encoder
 	out := g.core.tab.snapshot(&w, g.cfg.MaxSnapshotKeys, now)
+	if docs := g.documents(); len(docs) > 0 {
+		if len(out) > 0 {
+			docs = append([][]byte{out}, docs...)
+		}
+		out = bundle(docs...)
+	}
+	g.mu.Unlock()
 	g.stats.bytesOut.Add(uint64(len(out)))
 	return out
 }
 
-// MergeRemoteState merges a peer's push/pull snapshot.
+// MergeRemoteState merges a peer's push/pull snapshot, and keeps the
+// documents bundled with it that are newer than this node's. Those it
+// sends on to every member: a node that learns a version from a push/pull
+// missed the save's own stream, and others may have too.
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	if len(buf) == 0 {
 		return
 	}
 	g := (*Gossip)(d)
 	g.stats.bytesIn.Add(uint64(len(buf)))
+	if len(buf) < headerLen || buf[2] != kindBundle {
+		g.mergeState(buf)
+		return
+	}
+	err := unbundle(buf, func(p []byte) {
+		switch {
+		case len(p) < headerLen || p[2] != kindDocument:
+			g.mergeState(p)
+		case g.receiveDocument(p):
+			g.post(bytes.Clone(p))
+		}
+	})
+	if err != nil {
+		g.stats.received.Add(1)
+		g.stats.malformed.Add(1)
+	}
+}
+
+// mergeState merges a push/pull's snapshot.
+func (g *Gossip) mergeState(buf []byte) {
 	now := g.now()
 	g.lock()
 	start := g.clk.Nanotime()
@@ -119,7 +155,8 @@ type Stats struct {
 	// Refused is how many entries were dropped because MaxKeys, MaxPeers
 	// or the table's bound was reached, or because they were stamped more
 	// than a window past this node's clock (a peer's clock that far
-	// ahead, or a forgery).
+	// ahead, or a forgery), and how many documents (Document) were
+	// dropped because this node held the most it holds.
 	Refused uint64
 	// Queued is how many single-key updates went into the gossip queue;
 	// Streamed and StreamFailures count batches sent to a peer over a
@@ -149,7 +186,7 @@ type counters struct {
 	received, malformed, inboxDropped               atomic.Uint64
 	queued, streamed, streamFailures, outboxDropped atomic.Uint64
 	joins, joinFailures, seedLookupFailures         atomic.Uint64
-	bytesIn, bytesOut, merges                       atomic.Uint64
+	bytesIn, bytesOut, merges, docsRefused          atomic.Uint64
 	mergeNanos                                      atomic.Int64
 }
 
@@ -174,7 +211,7 @@ func (g *Gossip) Stats() Stats {
 		Members: len(g.peers()) + 1,
 	}
 	g.lock()
-	st.Keys, st.Peers, st.Refused = len(g.core.tab.keys), len(g.core.tab.peers)-1, g.core.tab.dropped
+	st.Keys, st.Peers, st.Refused = len(g.core.tab.keys), len(g.core.tab.peers)-1, g.core.tab.dropped+s.docsRefused.Load()
 	g.mu.Unlock()
 	return st
 }

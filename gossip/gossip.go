@@ -57,10 +57,15 @@ type Gossip struct {
 
 	seeds atomic.Pointer[seedSet] // the last resolution of the Seeds
 
+	docMu  sync.Mutex // guards docs; taken after mu, never before
+	docs   map[string]storedDoc
+	docTag uint64 // the low bits of the versions this node saves
+
 	inbox  chan []byte // updates from NotifyMsg, for the merge loop
 	outbox chan []byte // updates too large for gossip, for the sender
 
 	cancel    context.CancelFunc
+	stopped   <-chan struct{} // closed when Close stops the goroutines
 	wg        sync.WaitGroup
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -100,6 +105,8 @@ func New(cfg Config) (*Gossip, error) {
 		outbox: make(chan []byte, outboxSize),
 
 		members: make(map[string]memberlist.Node),
+		docs:    make(map[string]storedDoc),
+		docTag:  docTagOf(cfg.Name),
 	}
 	g.wall0, g.mono0 = cfg.Clock.Now().UnixNano(), cfg.Clock.Nanotime()
 	g.core = newCore(&cfg, incarnation())
@@ -162,7 +169,7 @@ func New(cfg Config) (*Gossip, error) {
 	g.addr, g.ip, g.port, g.bindPort = self.Address(), self.Addr, int(self.Port), nt.GetAutoBindPort()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	g.cancel = cancel
+	g.cancel, g.stopped = cancel, ctx.Done()
 	g.joinSeeds(ctx, nil)
 	g.wg.Add(3)
 	go g.mergeLoop(ctx)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
 	"github.com/hybridlimit/hybridlimit/rules"
@@ -59,7 +60,7 @@ func TestFollow(t *testing.T) {
 	t.Logf("a change published on one node was in force on the other after %v", time.Since(start))
 
 	_, err = b.Publish(context.Background(), store, []byte("rules:\n  - {name: a, mode: local, key: [tenant], limit: 1, window: 1h}\n"), seed)
-	require.ErrorIs(t, err, global.ErrVersion, "made to the seed, not the version after")
+	require.ErrorIs(t, err, fleet.ErrVersion, "made to the seed, not the version after")
 	require.ErrorIs(t, err, rules.ErrConflict)
 	_, err = b.Publish(context.Background(), store, []byte("rules: nonsense"), seed+1)
 	require.ErrorIs(t, err, rules.ErrInvalid, "checked before it is saved")
