@@ -68,7 +68,7 @@ func parse(args []string, env func(string) string, usage io.Writer) (*options, e
 	fs.StringVar(&o.adminToken, "admin-token-file", "", "file holding the bearer token of the rules API; without one the API is not served")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "certificate file: serve HTTP and gRPC over TLS")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "key file of --tls-cert")
-	fs.BoolVar(&o.shared, "rules-in-redis", false, "keep the rules in Redis, shared by the fleet: --config seeds them, the rules API changes them, every node follows them")
+	fs.BoolVar(&o.shared, "shared-rules", false, "keep the rules in the fleet (in Redis with --redis, else over gossip): --config seeds them, the rules API changes them, every node follows them")
 	fs.BoolVar(&o.headers, "response-headers", false, "add x-ratelimit-limit, -remaining and -reset to Envoy's responses")
 	fs.DurationVar(&o.grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for requests in flight")
 	fs.DurationVar(&o.syncInterval, "sync-interval", 100*time.Millisecond, "how often a node reconciles with the fleet")
@@ -100,8 +100,8 @@ func parse(args []string, env func(string) string, usage io.Writer) (*options, e
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	case o.gossipSeeds != "" && o.gossipBind == "":
 		return nil, errors.New("--gossip-seeds needs --gossip-bind")
-	case o.shared && (o.redis == "" || o.config == ""):
-		return nil, errors.New("--rules-in-redis needs --redis and --config (which seeds them)")
+	case o.shared && (o.redis == "" && o.gossipBind == "" || o.config == ""):
+		return nil, errors.New("--shared-rules needs a fleet (--redis or --gossip-bind) and --config (which seeds them)")
 	}
 	return o, nil
 }

@@ -41,7 +41,7 @@ type server struct {
 	gossip     *gossip.Gossip // nil without --gossip-bind
 	redis      *redis.Client  // nil without --redis
 	redisCount *redisCounter  // counts what redis sends, for /metrics
-	store      rules.Store    // the fleet's rules, with --rules-in-redis
+	store      rules.Store    // the fleet's rules, with --shared-rules
 	http       *http.Server
 	grpc       *grpc.Server // nil without --envoy-config
 	httpAddr   net.Addr
@@ -187,6 +187,9 @@ func (s *server) fleets(ctx context.Context, o *options) (syncer, failover fleet
 		}
 		if syncer == nil {
 			syncer = s.gossip
+			if o.shared {
+				s.store = s.gossip.Document("rules")
+			}
 		} else {
 			failover = s.gossip
 		}

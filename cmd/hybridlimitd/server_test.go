@@ -186,18 +186,41 @@ func testFleet(t *testing.T, redisAddr string, bound int) {
 	assert.LessOrEqual(t, two, bound)
 }
 
-// TestRulesInRedis: two hybridlimitd keep their rules in Redis; a rule
-// changed through one's API is in force on the other within a second.
-func TestRulesInRedis(t *testing.T) {
+// TestSharedRules: two hybridlimitd keep their rules in the fleet (in
+// Redis, or over gossip with no Redis); a rule changed through one's API
+// is in force on the other within a second.
+func TestSharedRules(t *testing.T) {
 	t.Parallel()
-	redisAddr := redistest.StartServer(t).Addr
+	for _, backend := range []string{"redis", "gossip"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			sharedRules(t, backend)
+		})
+	}
+}
+
+func sharedRules(t *testing.T, backend string) {
+	config, redisAddr := "../../docs/examples/rules.yaml", ""
+	if backend == "redis" {
+		redisAddr = redistest.StartServer(t).Addr
+	} else { // the example's Strict rule needs Redis
+		config = filepath.Join(t.TempDir(), "rules.yaml")
+		require.NoError(t, os.WriteFile(config, []byte("rules:\n  - {name: per-ip, key: [ip], limit: 100, window: 1s}\n"), 0o600))
+	}
 	token := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(token, []byte("s3cret"), 0o600))
 	var bases []string
 	var servers []*server
 	for i := range 2 {
-		o := &options{config: "../../docs/examples/rules.yaml", redis: redisAddr, shared: true, adminToken: token,
-			node: fmt.Sprint("n", i), httpAddr: "127.0.0.1:0", grace: time.Second, syncInterval: 100 * time.Millisecond}
+		o := &options{config: config, redis: redisAddr, shared: true, adminToken: token,
+			node: fmt.Sprint("n", i), httpAddr: "127.0.0.1:0", grace: time.Second, syncInterval: 100 * time.Millisecond,
+			gossipGrace: 30 * time.Second}
+		if backend == "gossip" {
+			o.gossipBind = "127.0.0.1:0"
+			if i > 0 {
+				o.gossipSeeds = servers[0].gossip.Addr()
+			}
+		}
 		s, err := start(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, s.shutdown()) })
