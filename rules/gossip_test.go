@@ -3,7 +3,6 @@ package rules_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,10 +13,8 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/gossip"
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/gossiptest"
-	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -98,43 +95,12 @@ func TestFollowOverGossip(t *testing.T) {
 		t.Logf("node %d applied the change after %v", i+1, took)
 		assert.Less(t, took, time.Second, "node %d", i+1)
 	}
-	ideal := idealRun(t, run, before, change, 400)
-	worst, idealWorst := busiest(run, change, d), busiest(ideal, change, d)
+	ideal := run.IdealRunChanged(t, before, change, 400)
+	worst, idealWorst := run.MaxInWindowFrom(time.Second, change), ideal.MaxInWindowFrom(time.Second, change)
 	t.Logf("lowered to 400/s at %v: busiest second after it %d (an ideal single limiter changed at once: %d)", change, worst, idealWorst)
 	// The fleet runs a few percent past an ideal single limiter in its
 	// busiest windows whatever the change (docs/tuning.md), more over
 	// gossip (docs/gossip.md): the bound is 10% over the new limit.
 	assert.LessOrEqual(t, worst, 440, "a lower limit holds from the change")
 	assert.GreaterOrEqual(t, worst, idealWorst*9/10, "and admits what it allows")
-}
-
-// idealRun is a single limiter of policy p fed run's arrivals, whose
-// limit (and burst) becomes limit at change, keeping what was spent.
-func idealRun(t *testing.T, run *fleettest.Run, p hybrid.Policy, change time.Duration, limit int64) *fleettest.Run {
-	l, err := local.New(local.Config{Algorithm: p.Algorithm, Limit: p.Limit, Burst: p.Burst, Window: p.Window, Clock: clock.NewManual(run.Start)})
-	require.NoError(t, err)
-	var admitted []int64
-	changed := false
-	for _, a := range slices.Sorted(slices.Values(run.Offered)) {
-		if !changed && a >= int64(change) {
-			require.NoError(t, l.SetLimitAt("k", run.Start.Add(change), limit, limit))
-			changed = true
-		}
-		dec, err := l.AllowNAt("k", run.Start.Add(time.Duration(a)), 1)
-		require.NoError(t, err)
-		if dec.Allowed() {
-			admitted = append(admitted, a)
-		}
-	}
-	return &fleettest.Run{Start: run.Start, Admitted: admitted, ByNode: [][]int64{admitted}}
-}
-
-// busiest is the most r admitted in a second starting between from and
-// to - 1 s, stepped by 50 ms.
-func busiest(r *fleettest.Run, from, to time.Duration) int {
-	n := 0
-	for ; from+time.Second <= to; from += 50 * time.Millisecond {
-		n = max(n, r.AdmittedBetween(from, from+time.Second))
-	}
-	return n
 }

