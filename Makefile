@@ -64,6 +64,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzSpaceSaving -fuzztime 60s ./internal/sketch/
 	$(GO) test -run '^$$' -fuzz FuzzGrantStriped -fuzztime 60s ./hybrid/
 	$(GO) test -run '^$$' -fuzz FuzzCosts -fuzztime 60s ./hybrid/
+	$(GO) test -run '^$$' -fuzz FuzzCallLimits -fuzztime 60s ./hybrid/
 	$(GO) test -run '^$$' -fuzz FuzzReplies -fuzztime 60s ./global/
 	$(GO) test -run '^$$' -fuzz FuzzShardNames -fuzztime 60s ./global/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./rules/

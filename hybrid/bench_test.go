@@ -67,6 +67,30 @@ func BenchmarkHybridAllow(b *testing.B) {
 	})
 }
 
+// BenchmarkAllowNLimit is BenchmarkHybridAllow with the key's limit
+// given by each call (the policy's, so that the lease is the same): the
+// cost of comparing it with the key's, against Allow in the same run.
+func BenchmarkAllowNLimit(b *testing.B) {
+	srv := redistest.StartServer(b)
+	l := benchLimiter(b, srv, hybrid.Hybrid)
+	for range 50 {
+		l.AllowNLimit("k", 1, 1_000_000_000, 0)
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, call := range []bool{false, true} {
+		b.Run(map[bool]string{false: "Allow", true: "AllowNLimit"}[call], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if call {
+					l.AllowNLimit("k", 1, 1_000_000_000, 0)
+				} else {
+					l.Allow("k")
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkLocalGCRA is BenchmarkHybridAllow's baseline: local's token
 // bucket alone, on the same machine in the same run.
 func BenchmarkLocalGCRA(b *testing.B) {

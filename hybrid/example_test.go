@@ -68,6 +68,38 @@ func ExampleLimiter_Allow() {
 	// false 0
 }
 
+// Limits that live in the caller's own store, one per customer, are
+// given per call: the policy gives the rest (its window, its algorithm,
+// its mode).
+func ExampleLimiter_AllowNLimit() {
+	fleet, err := gossip.New(gossip.Config{BindAddr: "127.0.0.1"}) // a fleet of one
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer fleet.Close()
+	limiter, err := hybrid.New(hybrid.Config{
+		Policies:  []hybrid.Policy{{Name: "customers", Limit: 1000, Window: time.Minute}},
+		Syncer:    fleet,
+		FleetSize: 1, // a new key's first burst is all of it
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer limiter.Close()
+	perMinute := map[string]int64{"acme": 3, "globex": 100} // from the caller's database
+	for range 4 {
+		d, _ := limiter.AllowNLimit("acme", 1, perMinute["acme"], 0)
+		fmt.Println(d.Allowed(), d.Limit())
+	}
+	// Output:
+	// true 3
+	// true 3
+	// true 3
+	// false 3
+}
+
 // New names the field at fault.
 func ExampleNew_error() {
 	_, err := hybrid.New(hybrid.Config{Policies: []hybrid.Policy{{Name: "api", Limit: 100}}})

@@ -69,6 +69,7 @@ func (l *Limiter) wasCrowded() bool {
 func (l *Limiter) forget(k *keyState) {
 	k.retired.Store(true)
 	if l.keys.CompareAndDelete(k.key, k) {
+		l.wanted.Delete(k.key)
 		l.nkeys.Add(-1)
 		l.rounds.forgotten.Add(1)
 		l.keyForgotten(k)

@@ -51,6 +51,7 @@ type policy struct {
 	paced    bool           // Hybrid sliding window: leases may be paced (see slidinglease.go)
 	local    *local.Limiter // Local: the limiter; FailStatic: the fallback buckets
 	counts   *policyCounts  // for Stats; a changed policy keeps its predecessor's
+	call     *callLimit     // a policy derived for a limit given by a call; nil if none
 }
 
 // Limiter limits requests per key across a fleet of nodes. Each key is
@@ -76,6 +77,7 @@ type Limiter struct {
 	unsure  atomic.Bool               // a caller's context ended a Strict call: the loop probes the store (chargeStrict)
 
 	keys      sync.Map // string -> *keyState
+	wanted    sync.Map // string -> callLimit: a limit a call asked for a key, for the next round (calllimit.go)
 	nkeys     atomic.Int64
 	crowdedAt atomic.Int64 // when the table was last seen crowded (forget.go); 0 if never
 
@@ -199,7 +201,7 @@ func (l *Limiter) allow(key string, now, n int64) (Decision, error) {
 	}
 	v, ok := l.keys.Load(key)
 	if !ok {
-		return l.allowNew(key, now, n)
+		return l.allowNew(key, now, n, nil)
 	}
 	return l.decide(v.(*keyState), now, n)
 }
@@ -282,8 +284,9 @@ func (l *Limiter) retryAfter(now int64) time.Duration {
 	return time.Duration(max(l.sched.next.Load()-now, int64(l.cfg.Interval/16), 1))
 }
 
-// allowNew resolves a key seen for the first time and decides for it.
-func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
+// allowNew resolves a key seen for the first time and decides for it,
+// under the limit c gives, if not nil (AllowNLimit).
+func (l *Limiter) allowNew(key string, now, n int64, c *callLimit) (Decision, error) {
 	if len(key) > l.cfg.MaxKeyLen {
 		return l.errDecision(ErrKeyTooLong), ErrKeyTooLong
 	}
@@ -291,6 +294,12 @@ func (l *Limiter) allowNew(key string, now, n int64) (Decision, error) {
 	pol := l.resolve(t, key)
 	if pol == nil {
 		return l.errDecision(ErrNoPolicy), ErrNoPolicy
+	}
+	if c != nil {
+		var err error
+		if pol, err = l.derive(t, pol, c.limit, c.burst); err != nil {
+			return l.errDecision(err), err
+		}
 	}
 	if l.nkeys.Load() >= int64(l.cfg.MaxKeys) && !l.makeRoom() {
 		return l.errDecision(ErrTooManyKeys), ErrTooManyKeys

@@ -85,13 +85,9 @@ func (l *Limiter) newTable(ps []Policy, field string, prev *policyTable, factors
 		}
 		pol := was
 		if was == nil || was.Policy != p {
-			pol = &policy{Policy: p, limit: lim, capacity: p.Limit, perSec: float64(p.Limit) / p.Window.Seconds(), counts: new(policyCounts)}
+			pol = makePolicy(p, lim, new(policyCounts))
 			if was != nil {
 				pol.counts = was.counts
-			}
-			pol.paced = p.Mode == Hybrid && lim.Algorithm == local.SlidingWindow
-			if p.Algorithm == local.TokenBucket {
-				pol.capacity = p.Burst
 			}
 			if was != nil && was.local != nil && (p.Mode == Local || p.OnUnreachable == FailStatic) &&
 				was.Algorithm == p.Algorithm && was.Limit == p.Limit && was.Window == p.Window && was.Burst == p.Burst {
@@ -182,6 +178,7 @@ func (l *Limiter) rehome(k *keyState, t *policyTable, now int64) {
 		// no longer looked at but to hand its lease back.
 		p = nil
 	}
+	p = l.called(k, t, p, was) // a limit given by a call (calllimit.go)
 	switch {
 	case p == was:
 	case p != nil && p.Mode == was.Mode && p.limit.Algorithm == was.limit.Algorithm && p.Mode != Local:

@@ -29,7 +29,7 @@ func (l *Limiter) state(key string) (*keyState, error) {
 		if v, ok := l.keys.Load(key); ok {
 			return v.(*keyState), nil
 		}
-		if _, err := l.allowNew(key, noTime, 0); err != nil {
+		if _, err := l.allowNew(key, noTime, 0, nil); err != nil {
 			return nil, err
 		}
 	}

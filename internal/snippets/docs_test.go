@@ -137,4 +137,11 @@ func docsLoadFactor(ctx context.Context, limiter *hybrid.Limiter, p99 func() tim
 	})
 }
 
-var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability, docsGossipMetrics, docsTracing, docsRules, docsAdmin, docsLoadFactor}
+// docs/policies.md, "Limits given per call"
+func docsCallLimit(limiter *hybrid.Limiter, tenant string, customers map[string]struct{ RequestsPerMinute int64 }) (hybrid.Decision, error) {
+	limit := customers[tenant].RequestsPerMinute // your store, your cache
+	d, err := limiter.AllowNLimit("api:"+tenant, 1, limit, 0)
+	return d, err
+}
+
+var _ = []any{docsGossip, docsPartitions, docsQuietRedis, docsObservability, docsGossipMetrics, docsTracing, docsRules, docsAdmin, docsLoadFactor, docsCallLimit}
