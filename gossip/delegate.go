@@ -53,11 +53,12 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 // bundled with the documents it holds, if any (document.go).
 func (d *delegate) LocalState(join bool) []byte {
 	g := (*Gossip)(d)
+	docs := g.documents() // encoded before mu is taken: up to 2 MiB
 	now := g.now()
 	g.lock()
 	var w encoder
 	out := g.core.tab.snapshot(&w, g.cfg.MaxSnapshotKeys, now)
-	if docs := g.documents(); len(docs) > 0 {
+	if len(docs) > 0 {
 		if len(out) > 0 {
 			docs = append([][]byte{out}, docs...)
 		}

@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
@@ -24,7 +22,8 @@ import (
 //	kindDocument: magic, version, 4, then
 //	  nameLen  uvarint  1..255
 //	  name     nameLen bytes
-//	  docVer   uvarint  the document's version, not 0
+//	  docVer   uvarint  the document's version: a counter from 1 to
+//	                   maxCounter above a 24-bit tag
 //	  bodyLen  uvarint  at most maxDocument
 //	  body     bodyLen bytes
 //	kindBundle: magic, version, 5, then
@@ -44,11 +43,17 @@ const (
 	maxDocuments = 8
 	maxBundle    = maxMessage + maxDocuments*(maxDocument+maxNameLen+32)
 
-	// A document's version is a counter above a tag from the saving
-	// node's name: two nodes that save the version after the same one
-	// at once make two versions, not one with two bodies, and the
-	// fleet keeps the higher everywhere.
+	// A document's version is a counter above a tag drawn at random by
+	// each run of the saving node: two nodes (or two runs of one, a
+	// restarted node that saves before it hears the fleet) that save
+	// the version after the same one make two versions, not one with
+	// two bodies, but for one chance in 2^24, and the fleet keeps the
+	// higher everywhere.
 	tagBits = 24
+	// maxCounter bounds a version's counter: a version past it from the
+	// network is refused, so that no peer can make the next save wrap
+	// around below it.
+	maxCounter = 1<<(64-tagBits) - 2
 )
 
 // Document is a document the fleet shares over gossip, named by its
@@ -60,8 +65,8 @@ const (
 //
 // Unlike Redis, gossip cannot refuse one of two saves made at once to
 // the same version: both succeed where they were made, and every node
-// then keeps the one with the higher version (which the tag from the
-// saving node's name decides). Save's error wrapping fleet.ErrVersion
+// then keeps the one with the higher version (which a tag drawn at
+// random by each run of a node decides). Save's error wrapping fleet.ErrVersion
 // catches a change made to a version this node knows is out of date.
 type Document struct {
 	g    *Gossip
@@ -97,8 +102,8 @@ func (d *Document) Load(_ context.Context, have uint64) ([]byte, uint64, error) 
 // returns the new version. If this node holds another version than prev,
 // it saves nothing and returns the version held with an error wrapping
 // fleet.ErrVersion. A document over 256 KiB, a name that is empty or over
-// 255 bytes, or a ninth name is refused with an error wrapping
-// fleet.ErrInvalid. If ctx ends before the document is handed to the
+// 255 bytes, a ninth name, or a version after the last (2^40-2 saves) is
+// refused with an error wrapping fleet.ErrInvalid. If ctx ends before the document is handed to the
 // sender, the members get it from their next push/pull instead.
 func (d *Document) Save(ctx context.Context, doc []byte, prev uint64) (uint64, error) {
 	g := d.g
@@ -113,6 +118,9 @@ func (d *Document) Save(ctx context.Context, doc []byte, prev uint64) (uint64, e
 	g.docMu.Lock()
 	s, ok := g.docs[d.name]
 	switch {
+	case prev>>tagBits >= maxCounter:
+		g.docMu.Unlock()
+		return 0, fmt.Errorf("%w: version %d is the last a document can have", fleet.ErrInvalid, prev)
 	case s.v != prev:
 		g.docMu.Unlock()
 		return s.v, fmt.Errorf("%w: version %d is held, the change was made to %d", fleet.ErrVersion, s.v, prev)
@@ -132,11 +140,9 @@ func (d *Document) Save(ctx context.Context, doc []byte, prev uint64) (uint64, e
 	return v, nil
 }
 
-// docTagOf is the tag of versions saved by the node named name: never 0,
-// so that no version saved is 0.
-func docTagOf(name string) uint64 {
-	return xxh3.HashString(name)&(1<<tagBits-1) | 1
-}
+// docTag is the tag of the versions one run of a node saves, from its
+// random incarnation.
+func docTag(inc uint64) uint64 { return inc & (1<<tagBits - 1) }
 
 // encodeDocument is a kindDocument message.
 func encodeDocument(name string, v uint64, body []byte) []byte {
@@ -166,8 +172,8 @@ func decodeDocument(b []byte) (name []byte, v uint64, body []byte, err error) {
 		return nil, 0, nil, r.err
 	}
 	switch {
-	case v == 0:
-		return nil, 0, nil, fmt.Errorf("%w: document version 0", errMalformed)
+	case v>>tagBits == 0 || v>>tagBits > maxCounter:
+		return nil, 0, nil, fmt.Errorf("%w: document version %d", errMalformed, v)
 	case n > maxDocument || n != uint64(len(r.b)):
 		return nil, 0, nil, fmt.Errorf("%w: document of %d bytes in %d", errMalformed, n, len(r.b))
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -40,14 +41,19 @@ func (g *Gossip) held() map[string]storedDoc {
 // the eighth are refused and counted.
 func TestDocumentMessagesFromPeers(t *testing.T) {
 	t.Parallel()
-	doc := func(name string, v uint64, body string) []byte { return encodeDocument(name, v, []byte(body)) }
+	doc := func(name string, counter uint64, body string) []byte {
+		return encodeDocument(name, counter<<tagBits|7, []byte(body))
+	}
 	good := doc("rules", 5, "five")
 	long := doc("rules", 6, "six")
 	long = binary.AppendUvarint(long[:len(long)-4], 3) // a body length past the end
 	malformed := map[string][]byte{
 		"empty name":        doc("", 1, "x"),
 		"name of 256 bytes": doc(strings.Repeat("n", 256), 1, "x"),
-		"version 0":         doc("rules", 0, "x"),
+		"version 0":         encodeDocument("rules", 0, []byte("x")),
+		"counter 0":         doc("rules", 0, "x"),
+		"the last counter":  doc("rules", maxCounter+1, "x"),
+		"max uint64":        encodeDocument("rules", math.MaxUint64, []byte("x")),
 		"truncated":         good[:len(good)-1],
 		"trailing bytes":    append(bytes.Clone(good), 0),
 		"body length wrong": long,
@@ -69,7 +75,7 @@ func TestDocumentMessagesFromPeers(t *testing.T) {
 	g := lone(t, "n")
 	d := (*delegate)(g)
 	d.NotifyMsg(good)
-	require.Equal(t, map[string]storedDoc{"rules": {v: 5, body: []byte("five")}}, g.held())
+	require.Equal(t, map[string]storedDoc{"rules": {v: 5<<tagBits | 7, body: []byte("five")}}, g.held())
 	for name, b := range malformed {
 		before := g.Stats().Malformed
 		d.NotifyMsg(b)
@@ -81,13 +87,21 @@ func TestDocumentMessagesFromPeers(t *testing.T) {
 		d.MergeRemoteState(b, false)
 		assert.Equal(t, before+1, g.Stats().Malformed, name)
 	}
-	assert.Equal(t, map[string]storedDoc{"rules": {v: 5, body: []byte("five")}}, g.held(), "nothing malformed was kept")
+	assert.Equal(t, map[string]storedDoc{"rules": {v: 5<<tagBits | 7, body: []byte("five")}}, g.held(), "nothing malformed was kept")
 
 	d.NotifyMsg(doc("rules", 4, "older"))
 	d.MergeRemoteState(bundle(doc("rules", 5, "same version, another body")), false)
 	assert.Equal(t, "five", string(g.held()["rules"].body), "an older or equal version changes nothing")
 	d.MergeRemoteState(bundle(doc("rules", 7, "seven")), false)
-	assert.Equal(t, storedDoc{v: 7, body: []byte("seven")}, g.held()["rules"], "a newer one from a push/pull")
+	assert.Equal(t, storedDoc{v: 7<<tagBits | 7, body: []byte("seven")}, g.held()["rules"], "a newer one from a push/pull")
+
+	// The highest version a peer can send: a save after it is refused,
+	// never wrapped around below it.
+	d.NotifyMsg(doc("rules", maxCounter, "last"))
+	require.Equal(t, uint64(maxCounter<<tagBits|7), g.held()["rules"].v)
+	_, err := g.Document("rules").Save(t.Context(), []byte("after"), maxCounter<<tagBits|7)
+	require.ErrorIs(t, err, fleet.ErrInvalid)
+	assert.Equal(t, "last", string(g.held()["rules"].body))
 
 	for i := range 10 {
 		d.NotifyMsg(doc(fmt.Sprint("name ", i), 1, "x"))
@@ -129,12 +143,26 @@ func TestPushPullCarriesDocuments(t *testing.T) {
 	assert.Zero(t, b.Stats().Malformed)
 }
 
+// TestRestartedNodeMakesAnotherVersion: two runs of one node (the same
+// name), each saving a document before hearing the fleet, make two
+// versions, not one version with two bodies, which the fleet could
+// never reconcile.
+func TestRestartedNodeMakesAnotherVersion(t *testing.T) {
+	t.Parallel()
+	a, b := lone(t, "hl-0"), lone(t, "hl-0")
+	va, err := a.Document("rules").Save(t.Context(), []byte("old file"), 0)
+	require.NoError(t, err)
+	vb, err := b.Document("rules").Save(t.Context(), []byte("new file"), 0)
+	require.NoError(t, err)
+	assert.NotEqual(t, va, vb)
+}
+
 // FuzzDocuments: whatever bytes arrive as a message or a push/pull, no
 // node panics, holds more than maxDocuments documents or one over
 // maxDocument bytes, or sees a document's version go down.
 func FuzzDocuments(f *testing.F) {
-	f.Add(encodeDocument("rules", 3, []byte("x")), false)
-	f.Add(bundle(encodeDocument("rules", 4, []byte("y")), encodeDocument("r2", 1, nil)), true)
+	f.Add(encodeDocument("rules", 3<<tagBits, []byte("x")), false)
+	f.Add(bundle(encodeDocument("rules", 4<<tagBits|9, []byte("y")), encodeDocument("r2", 1<<tagBits, nil)), true)
 	f.Add(bundle(Forge(kindState, "p", 2, Forged{Key: "k", Window: time.Second, Stamp: 5000})), true)
 	g := lone(f, "n")
 	d := (*delegate)(g)

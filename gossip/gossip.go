@@ -59,7 +59,7 @@ type Gossip struct {
 
 	docMu  sync.Mutex // guards docs; taken after mu, never before
 	docs   map[string]storedDoc
-	docTag uint64 // the low bits of the versions this node saves
+	docTag uint64 // the low bits of the versions this run saves
 
 	inbox  chan []byte // updates from NotifyMsg, for the merge loop
 	outbox chan []byte // updates too large for gossip, for the sender
@@ -106,10 +106,10 @@ func New(cfg Config) (*Gossip, error) {
 
 		members: make(map[string]memberlist.Node),
 		docs:    make(map[string]storedDoc),
-		docTag:  docTagOf(cfg.Name),
 	}
 	g.wall0, g.mono0 = cfg.Clock.Now().UnixNano(), cfg.Clock.Nanotime()
-	g.core = newCore(&cfg, incarnation())
+	inc := incarnation()
+	g.core, g.docTag = newCore(&cfg, inc), docTag(inc)
 	g.nodes.Store(1)
 	g.every.Store(int64(100 * time.Millisecond))
 	g.queue = &memberlist.TransmitLimitedQueue{

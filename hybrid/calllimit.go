@@ -48,29 +48,40 @@ type callLimit struct {
 // key whose policy is Local or given by Rate; it is otherwise AllowN's.
 // The Decision then refuses.
 func (l *Limiter) AllowNLimit(key string, n int, limit, burst int64) (Decision, error) {
+	return l.allowLimit(key, noTime, int64(n), callLimit{limit: limit, burst: burst})
+}
+
+// allowLimit is AllowNLimit at now, for the limit in c.
+func (l *Limiter) allowLimit(key string, now, n int64, c callLimit) (Decision, error) {
 	if p := l.localPolicy(key); p != nil {
 		return l.errDecision(ErrInvalidLimit), fmt.Errorf("%w: policy %q is Local", ErrInvalidLimit, p.Name)
 	}
 	v, ok := l.keys.Load(key)
 	if !ok {
-		return l.allowNew(key, noTime, int64(n), &callLimit{limit: limit, burst: burst})
+		return l.allowNew(key, now, n, &c)
 	}
 	k := v.(*keyState)
-	if c := k.policy().call; c == nil || c.limit != limit || c.burst != burst {
-		if err := l.askLimit(k, limit, burst); err != nil {
+	if have := k.policy().call; have == nil || have.limit != c.limit || have.burst != c.burst {
+		if err := l.askLimit(k, c); err != nil {
 			return l.errDecision(err), err
 		}
+	} else if k.gen.Load() == 0 {
+		// The key is to be moved: not to a limit asked for before this
+		// one, which the caller has gone back on.
+		if w, ok := l.wanted.Load(key); ok && w.(callLimit) != c {
+			l.wanted.CompareAndDelete(key, w)
+		}
 	}
-	return l.decide(k, noTime, int64(n))
+	return l.decide(k, now, n)
 }
 
-// askLimit asks the sync loop to move k to the call's limit at its next
-// round (rehome), after checking that the limit is one k's policy can
-// hold.
-func (l *Limiter) askLimit(k *keyState, limit, burst int64) error {
+// askLimit asks the sync loop to move k to the limit in c at its next
+// round (rehome), after checking that it is one k's policy can hold.
+func (l *Limiter) askLimit(k *keyState, c callLimit) error {
+	limit, burst := c.limit, c.burst
 	want := callLimit{limit: limit, burst: burst}
-	if w, ok := l.wanted.Load(k.key); ok && w.(callLimit) == want {
-		return nil // asked already
+	if w, ok := l.wanted.Load(k.key); ok && w.(callLimit) == want && k.gen.Load() == 0 {
+		return nil // asked already, and not yet moved
 	}
 	base := k.policy()
 	if base.call != nil {
@@ -119,12 +130,14 @@ func (l *Limiter) called(k *keyState, t *policyTable, p, was *policy) *policy {
 	if p == nil || c == nil {
 		return p
 	}
-	if was.call != nil && was.call.base == p && was.call.limit == c.limit && was.call.burst == c.burst {
-		return was
-	}
 	q, err := l.derive(t, p, c.limit, c.burst)
-	if err != nil {
+	switch {
+	case err != nil:
 		return p // the key's new policy cannot take the call's limit: its own, until the next call
+	case was.call != nil && was.call.base == p && q.Policy == was.Policy && q.limit == was.limit:
+		// The same, compared whole: a load factor that leaves p as it
+		// was (a Limit of 1 halved is 1) may still change q.
+		return was
 	}
 	return q
 }

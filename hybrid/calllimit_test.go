@@ -148,6 +148,28 @@ func TestAllowNLimitKeepsThroughPolicyChanges(t *testing.T) {
 	assert.Equal(t, int64(20), d.Limit(), "half of 40")
 }
 
+// TestAllowNLimitLoadFactorOnATemplate: a policy that is a template for
+// limits given per call (its own limit 1) is left as it was by a load
+// factor of 0.5 (1 halved is 1), but its keys' limits are halved.
+func TestAllowNLimitLoadFactorOnATemplate(t *testing.T) {
+	t.Parallel()
+	l, _ := manual(t, hybrid.Config{Syncer: redisSyncer(t, redistest.StartServer(t)), Policies: []hybrid.Policy{{Name: "c", Limit: 1, Window: time.Minute}}})
+	ctx := context.Background()
+	_, err := l.AllowNLimit("k", 0, 100, 0)
+	require.NoError(t, err)
+	require.NoError(t, l.SyncOnce(ctx))
+	require.NoError(t, l.SetLoadFactor(0.5))
+	require.NoError(t, l.SyncOnce(ctx))
+	d, err := l.AllowNLimit("k", 0, 100, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(50), d.Limit())
+	require.NoError(t, l.SetLoadFactor(1))
+	require.NoError(t, l.SyncOnce(ctx))
+	d, err = l.AllowNLimit("k", 0, 100, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(100), d.Limit(), "and back")
+}
+
 // FuzzCallLimits drives one Hybrid key with arbitrary limits per call
 // (negative, zero, huge, changing at every call), arbitrary costs and
 // syncs at arbitrary points with arbitrary leases. Invariants, end to

@@ -251,6 +251,9 @@ func (l *Limiter) short(k *keyState, now, n int64) (Decision, error) {
 
 func (l *Limiter) refuse(k *keyState, now, n int64) (Decision, error) {
 	if k.retired.Load() {
+		if c := k.policy().call; c != nil {
+			return l.allowLimit(k.key, now, n, callLimit{limit: c.limit, burst: c.burst}) // keeps the call's limit
+		}
 		return l.allow(k.key, now, n)
 	}
 	reset := time.Duration(max(0, k.resetAt.Load()-now))
@@ -334,6 +337,7 @@ func (l *Limiter) allowNew(key string, now, n int64, c *callLimit) (Decision, er
 	}
 	v, loaded := l.keys.LoadOrStore(key, k)
 	if !loaded {
+		l.wanted.Delete(key) // a limit asked for a key of the same name, forgotten since
 		l.nkeys.Add(1)
 		if pol.Mode == Hybrid {
 			l.askEarly(k)

@@ -87,12 +87,14 @@ type limit struct {
 type envoyConfig struct {
 	domains  map[string]*node
 	policies []hybrid.Policy
+	shadow   bool // every limit in shadow mode (envoyproxy/ratelimit's SHADOW_MODE)
+	merge    bool // a domain in several files is one (MERGE_DOMAIN_CONFIG)
 }
 
 // loadEnvoy reads the envoyproxy/ratelimit configuration at each path: a
 // YAML file, or a directory of them (*.yaml, *.yml).
-func loadEnvoy(paths []string) (*envoyConfig, error) {
-	c := &envoyConfig{domains: map[string]*node{}}
+func loadEnvoy(paths []string, shadow, merge bool) (*envoyConfig, error) {
+	c := &envoyConfig{domains: map[string]*node{}, shadow: shadow, merge: merge}
 	for _, p := range paths {
 		files := []string{p}
 		if st, err := os.Stat(p); err == nil && st.IsDir() {
@@ -132,10 +134,13 @@ func (c *envoyConfig) add(name string, data []byte) error {
 	if f.Domain == "" {
 		return fmt.Errorf("envoy config: %s: the domain is empty", name)
 	}
-	if _, dup := c.domains[f.Domain]; dup {
-		return fmt.Errorf("envoy config: %s: domain %q is given twice", name, f.Domain)
+	root := c.domains[f.Domain]
+	switch {
+	case root != nil && !c.merge:
+		return fmt.Errorf("envoy config: %s: domain %q is given twice (--merge-domains merges them)", name, f.Domain)
+	case root == nil:
+		root = &node{children: map[string]*node{}}
 	}
-	root := &node{children: map[string]*node{}}
 	if err := c.load(name, root, f.Domain+".", f.Descriptors); err != nil {
 		return err
 	}
@@ -159,7 +164,7 @@ func (c *envoyConfig) load(file string, n *node, parent string, ds []envoyDescri
 		}
 		child := &node{children: map[string]*node{}}
 		if r := d.RateLimit; r != nil {
-			l, err := c.limitOf(file, path, r, d.ShadowMode)
+			l, err := c.limitOf(file, path, r, d.ShadowMode || c.shadow)
 			if err != nil {
 				return err
 			}

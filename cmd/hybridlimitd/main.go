@@ -8,7 +8,8 @@
 //	go run ./cmd/hybridlimitd --config docs/examples/rules.yaml
 //
 // Every flag can be set from the environment too: --redis is
-// HYBRIDLIMITD_REDIS. docs/server.md has the rest.
+// HYBRIDLIMITD_REDIS; envoyproxy/ratelimit's own variables (REDIS_URL,
+// RUNTIME_ROOT, ...) are read as well. docs/server.md has the rest.
 package main
 
 import (
@@ -18,8 +19,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -41,7 +44,14 @@ type options struct {
 	tlsCert      string
 	tlsKey       string
 	headers      bool
-	shared       bool // the rules live in Redis
+	headerNames  [3]string // limit, remaining, reset
+	shadow       bool      // every Envoy limit in shadow mode
+	mergeDomains bool      // a domain in several files is one
+	redisTLS     bool
+	redisAuth    string // password, or user:password
+	logLevel     slog.Level
+	notes        []string // envoyproxy/ratelimit settings read and not used
+	shared       bool     // the rules live in the fleet
 	grace        time.Duration
 	syncInterval time.Duration
 }
@@ -69,7 +79,15 @@ func parse(args []string, env func(string) string, usage io.Writer) (*options, e
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "certificate file: serve HTTP and gRPC over TLS")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "key file of --tls-cert")
 	fs.BoolVar(&o.shared, "shared-rules", false, "keep the rules in the fleet (in Redis with --redis, else over gossip): --config seeds them, the rules API changes them, every node follows them")
-	fs.BoolVar(&o.headers, "response-headers", false, "add x-ratelimit-limit, -remaining and -reset to Envoy's responses")
+	fs.BoolVar(&o.headers, "response-headers", false, "add the limit, remaining and reset headers of the descriptor nearest its limit to Envoy's responses")
+	fs.StringVar(&o.headerNames[0], "limit-header", "x-ratelimit-limit", "name of the limit header (--response-headers)")
+	fs.StringVar(&o.headerNames[1], "remaining-header", "x-ratelimit-remaining", "name of the remaining header (--response-headers)")
+	fs.StringVar(&o.headerNames[2], "reset-header", "x-ratelimit-reset", "name of the reset header, in seconds (--response-headers)")
+	fs.BoolVar(&o.shadow, "shadow", false, "decide and count every Envoy limit, but answer OK (shadow_mode for all)")
+	fs.BoolVar(&o.mergeDomains, "merge-domains", false, "merge the descriptors of a domain given in several Envoy configuration files")
+	fs.BoolVar(&o.redisTLS, "redis-tls", false, "reach Redis over TLS")
+	fs.StringVar(&o.redisAuth, "redis-auth", "", "Redis password, or user:password (prefer the environment: HYBRIDLIMITD_REDIS_AUTH)")
+	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "least level logged: debug, info, warn or error")
 	fs.DurationVar(&o.grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for requests in flight")
 	fs.DurationVar(&o.syncInterval, "sync-interval", 100*time.Millisecond, "how often a node reconciles with the fleet")
 	if err := fs.Parse(args); err != nil {
@@ -87,11 +105,25 @@ func parse(args []string, env func(string) string, usage io.Writer) (*options, e
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s: %w", name, e)
 			}
+			set[f.Name] = true
 		}
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, err
+	}
+	envoy, notes, err := envoyFlags(env) // envoyproxy/ratelimit's settings (envoyenv.go)
+	if err != nil {
+		return nil, fmt.Errorf("envoyproxy/ratelimit setting %w", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(envoy)) {
+		if !set[name] {
+			if e := fs.Set(name, envoy[name]); e != nil {
+				return nil, fmt.Errorf("envoyproxy/ratelimit setting for --%s: %w", name, e)
+			}
+		}
+	}
+	o.notes = notes
+	switch {
 	case o.config == "" && len(o.envoy) == 0:
 		return nil, errors.New("give --config (a rules file), --envoy-config (an envoyproxy/ratelimit configuration), or both")
 	case o.gossipGrace <= 0:
@@ -107,7 +139,6 @@ func parse(args []string, env func(string) string, usage io.Writer) (*options, e
 }
 
 func main() {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	o, err := parse(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -117,6 +148,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "run hybridlimitd -h for the flags; docs/server.md for the rest")
 		os.Exit(2)
 	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	s, err := start(ctx, o, logger)

@@ -22,9 +22,12 @@ import (
 // a hybrid.Limiter and an envoyproxy/ratelimit configuration.
 type rls struct {
 	rlspb.UnimplementedRateLimitServiceServer
-	l       *hybrid.Limiter
-	conf    *envoyConfig
-	headers bool // add x-ratelimit-* headers, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED does
+	l    *hybrid.Limiter
+	conf *envoyConfig
+	// headers names the limit, remaining and reset headers to add, as
+	// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED adds them;
+	// nil for none.
+	headers *[3]string
 	// peek: ask each limit what it has left before taking from any. With
 	// no fleet the policies are Local, whose takes a concurrent take of
 	// the same key keeps from being given back: a request over one
@@ -135,11 +138,11 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
 		cancelAll(took) // all or nothing
 	}
-	if s.headers && tightest != nil {
+	if h := s.headers; h != nil && tightest != nil {
 		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
-			{Key: "x-ratelimit-limit", Value: strconv.FormatUint(uint64(tightest.CurrentLimit.RequestsPerUnit), 10)},
-			{Key: "x-ratelimit-remaining", Value: strconv.FormatUint(uint64(tightest.LimitRemaining), 10)},
-			{Key: "x-ratelimit-reset", Value: strconv.FormatInt(int64(tightest.DurationUntilReset.AsDuration().Seconds()+0.999), 10)},
+			{Key: h[0], Value: strconv.FormatUint(uint64(tightest.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: h[1], Value: strconv.FormatUint(uint64(tightest.LimitRemaining), 10)},
+			{Key: h[2], Value: strconv.FormatInt(int64(tightest.DurationUntilReset.AsDuration().Seconds()+0.999), 10)},
 		}
 	}
 	return resp, nil

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,8 +70,11 @@ func start(ctx context.Context, o *options, logger *slog.Logger) (*server, error
 		}
 		policies = append(policies, set.Policies()...)
 	}
+	if len(o.notes) > 0 {
+		logger.Info("hybridlimitd: envoyproxy/ratelimit settings read and not needed", "settings", o.notes)
+	}
 	if len(o.envoy) > 0 {
-		if conf, err = loadEnvoy(o.envoy); err != nil {
+		if conf, err = loadEnvoy(o.envoy, o.shadow, o.mergeDomains); err != nil {
 			return nil, err
 		}
 		policies = append(policies, conf.policies...)
@@ -142,7 +146,15 @@ func start(ctx context.Context, o *options, logger *slog.Logger) (*server, error
 // fleets makes the Syncer and Failover o asks for.
 func (s *server) fleets(ctx context.Context, o *options) (syncer, failover fleet.Syncer, err error) {
 	if o.redis != "" {
-		s.redis = redis.NewClient(&redis.Options{Addr: o.redis, ContextTimeoutEnabled: true})
+		opts := &redis.Options{Addr: o.redis, ContextTimeoutEnabled: true, Password: o.redisAuth}
+		if user, pass, ok := strings.Cut(o.redisAuth, ":"); ok {
+			opts.Username, opts.Password = user, pass
+		}
+		if o.redisTLS {
+			host, _, _ := net.SplitHostPort(o.redis)
+			opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
+		}
+		s.redis = redis.NewClient(opts)
 		s.redisCount = &redisCounter{}
 		s.redis.AddHook(s.redisCount)
 		r, err := global.NewRedis(ctx, global.RedisConfig{Client: s.redis})
@@ -279,7 +291,11 @@ func (s *server) serveGRPC(o *options, conf *envoyConfig, tlsConf *tls.Config) e
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	s.grpc = grpc.NewServer(opts...)
-	rlspb.RegisterRateLimitServiceServer(s.grpc, &rls{l: s.limiter, conf: conf, headers: o.headers, peek: !s.fleetish})
+	svc := &rls{l: s.limiter, conf: conf, peek: !s.fleetish}
+	if o.headers {
+		svc.headers = &o.headerNames
+	}
+	rlspb.RegisterRateLimitServiceServer(s.grpc, svc)
 	ln, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {
 		return err
