@@ -10,6 +10,7 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
@@ -117,8 +118,19 @@ func loadEnvoy(paths []string, shadow, merge bool) (*envoyConfig, error) {
 	if len(c.domains) == 0 {
 		return nil, errors.New("envoy config: no domain found in " + strings.Join(paths, ", "))
 	}
+	// A descriptor's limit override (rls.go) is decided under a template
+	// policy of its unit, which the override's own limit replaces key by
+	// key (hybrid.Limiter.AllowNLimit).
+	for u := typepb.RateLimitUnit_SECOND; u <= typepb.RateLimitUnit_YEAR; u++ {
+		c.policies = append(c.policies, hybrid.Policy{Name: "envoy:override:" + strings.ToLower(u.String()), Prefix: overridePrefix(u),
+			Algorithm: local.TokenBucket, Limit: 1, Window: units[rlspb.RateLimitResponse_RateLimit_Unit(rlspb.RateLimitResponse_RateLimit_Unit_value[u.String()])]})
+	}
 	return c, nil
 }
+
+// overridePrefix starts the keys of limit overrides of unit u: '%' and
+// 'o' after "%rls" start no configured limit's prefix.
+func overridePrefix(u typepb.RateLimitUnit) string { return fmt.Sprintf("%%rlso%d:", u) }
 
 // add parses one file, named name, into c.
 func (c *envoyConfig) add(name string, data []byte) error {

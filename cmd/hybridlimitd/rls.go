@@ -11,6 +11,7 @@ import (
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -33,6 +34,9 @@ type rls struct {
 	// the same key keeps from being given back: a request over one
 	// descriptor's limit could still spend the others'.
 	peek bool
+	// fleet: the policies are Hybrid, which take limits per call (a
+	// descriptor's limit override); Local ones do not.
+	fleet bool
 }
 
 // Bounds on a request, so that one cannot take the server's memory.
@@ -43,15 +47,18 @@ const (
 
 // applied is a descriptor's limit and its key.
 type applied struct {
-	lim *limit
-	key string
+	lim      *limit
+	key      string
+	override bool // the request's limit override: lim.rpu is the key's limit per call
 }
 
 // ShouldRateLimit decides a request's descriptors, all or nothing: a
-// descriptor over its limit gives back what the others took. A request
-// that cannot be decided (no domain, no descriptors, an unknown domain,
-// an empty entry, a per-descriptor limit override, a cost beyond
-// 2^31-1) is an InvalidArgument, never an OK.
+// descriptor over its limit gives back what the others took. A
+// descriptor's limit override is its limit, whatever the configuration
+// says of it. A request that cannot be decided (no domain, no
+// descriptors, an unknown domain, an empty entry, a limit override
+// hybridlimitd cannot take, a cost beyond 2^31-1) is an InvalidArgument,
+// never an OK.
 func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	root, hits, err := s.check(req)
 	if err != nil {
@@ -63,6 +70,16 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		entries := make([]entry, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
 			entries[j] = entry{e.GetKey(), e.GetValue()}
+		}
+		if o := d.GetLimit(); o != nil {
+			// As envoyproxy/ratelimit: an override applies whatever the
+			// configuration says of the descriptor, keyed by it and its
+			// domain (an entry with an empty key, which no request has).
+			u := o.GetUnit()
+			entries = append([]entry{{"", req.GetDomain()}}, entries...)
+			limits[i] = &applied{key: overridePrefix(u) + keyOf(entries), override: true, lim: &limit{
+				rpu: o.GetRequestsPerUnit(), unit: rlspb.RateLimitResponse_RateLimit_Unit(rlspb.RateLimitResponse_RateLimit_Unit_value[u.String()])}}
+			continue
 		}
 		if l := root.find(entries); l != nil {
 			limits[i] = &applied{lim: l, key: l.prefix + keyOf(entries)}
@@ -109,6 +126,14 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		n := hits[i]
 		if short {
 			n = 0 // over some limit: take from none, and tell each where it stands
+		}
+		if a.override {
+			// The key's limit is the override's: a new key starts under
+			// it, a key under another moves to it within an interval.
+			if _, err := s.l.AllowNLimit(a.key, 0, int64(a.lim.rpu), int64(a.lim.rpu)); err != nil {
+				cancelAll(took)
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its limit override: %v", i, err)
+			}
 		}
 		res, err := s.l.TakeN(a.key, n)
 		if errors.Is(err, hybrid.ErrTooManyKeys) {
@@ -187,8 +212,17 @@ func (s *rls) check(req *rlspb.RateLimitRequest) (*node, []int, error) {
 				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d has an entry with an empty key", i)
 			}
 		}
-		if d.GetLimit() != nil {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d overrides its limit; hybridlimitd takes limits from its configuration only", i)
+		if o := d.GetLimit(); o != nil {
+			switch u := o.GetUnit(); {
+			case u < typepb.RateLimitUnit_SECOND || u > typepb.RateLimitUnit_YEAR:
+				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its limit override's unit %v is not SECOND to YEAR", i, u)
+			case o.GetUnitMultiplier().GetValue() > 1:
+				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its limit override's unit_multiplier %d: hybridlimitd takes limits per one unit", i, o.GetUnitMultiplier().GetValue())
+			case o.GetRequestsPerUnit() > math.MaxInt32:
+				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its limit override of %d a unit is more than 2147483647", i, o.GetRequestsPerUnit())
+			case !s.fleet:
+				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d overrides its limit: limit overrides need a fleet (--redis or --gossip-bind)", i)
+			}
 		}
 		h := uint64(req.GetHitsAddend())
 		if d.GetHitsAddend() != nil {

@@ -13,6 +13,7 @@ import (
 
 	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -50,6 +51,16 @@ func startRLS(t testing.TB, o *options) (rlspb.RateLimitServiceClient, *server) 
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	return rlspb.NewRateLimitServiceClient(conn), s
+}
+
+// override is a request of one descriptor (to_number=1, messaging)
+// whose limit is overridden to rpu a unit, times mult if not 0.
+func override(rpu uint32, unit typepb.RateLimitUnit, mult uint32) *rlspb.RateLimitRequest {
+	o := &commonpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+	if mult != 0 {
+		o.UnitMultiplier = wrapperspb.UInt32(mult)
+	}
+	return &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: []*commonpb.RateLimitDescriptor{{Entries: desc("to_number=1").Entries, Limit: o}}}
 }
 
 // desc is a descriptor of "key=value" entries.
@@ -156,8 +167,11 @@ func TestEnvoyBadRequests(t *testing.T) {
 		{"too many descriptors", &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: many}, "65 descriptors"},
 		{"huge hits", &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: []*commonpb.RateLimitDescriptor{
 			{Entries: desc("to_number=1").Entries, HitsAddend: wrapperspb.UInt64(1 << 40)}}}, "hits_addend 1099511627776"},
-		{"a limit override", &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: []*commonpb.RateLimitDescriptor{
-			{Entries: desc("to_number=1").Entries, Limit: &commonpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1000000}}}}, "overrides its limit"},
+		{"a limit override with no fleet", override(1000, typepb.RateLimitUnit_SECOND, 0), "limit overrides need a fleet"},
+		{"an override's unknown unit", override(10, 0, 0), "unit UNKNOWN"},
+		{"an override's unit out of range", override(10, 99, 0), "unit 99"},
+		{"an override's multiplier", override(10, typepb.RateLimitUnit_SECOND, 30), "unit_multiplier 30"},
+		{"an override past 2^31-1", override(1<<31, typepb.RateLimitUnit_SECOND, 0), "more than 2147483647"},
 	} {
 		_, err := c.ShouldRateLimit(context.Background(), tt.req)
 		assert.Equal(t, codes.InvalidArgument, status.Code(err), tt.name)
@@ -169,6 +183,37 @@ func TestEnvoyBadRequests(t *testing.T) {
 	if assert.NoError(t, err) {
 		assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, resp.OverallCode)
 	}
+}
+
+// TestEnvoyLimitOverride: a descriptor's limit override (a limit Envoy
+// reads from the route or the request's metadata) is its limit on a
+// fleet, whatever the configuration gives it, apart from the
+// configuration's own state; an override in another unit is another
+// limit; an override of 0 refuses; a changed override applies within an
+// interval, keeping what was spent.
+func TestEnvoyLimitOverride(t *testing.T) {
+	t.Parallel()
+	c, s := startRLS(t, &options{envoy: []string{"../../docs/examples/envoy"}, gossipBind: "127.0.0.1:0", gossipGrace: time.Second})
+	// to_number=1 is 100 a day in the configuration; the override says 3
+	// a minute.
+	assert.Equal(t, "...xx", answers(t, c, override(3, typepb.RateLimitUnit_MINUTE, 0), 5))
+	resp, err := c.ShouldRateLimit(context.Background(), override(3, typepb.RateLimitUnit_MINUTE, 0))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(3), resp.Statuses[0].CurrentLimit.RequestsPerUnit)
+	assert.Equal(t, rlspb.RateLimitResponse_RateLimit_MINUTE, resp.Statuses[0].CurrentLimit.Unit)
+	assert.Equal(t, ".", answers(t, c, &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: []*commonpb.RateLimitDescriptor{desc("to_number=1")}}, 1),
+		"without the override: the configuration's limit, its own state")
+	assert.Equal(t, "x", answers(t, c, override(0, typepb.RateLimitUnit_SECOND, 0), 1), "0 a unit")
+	assert.Equal(t, "..", answers(t, c, override(5, typepb.RateLimitUnit_HOUR, 0), 2), "another unit: another key")
+	// Raised from 3 to 6 a minute: 3 more within an interval.
+	_, err = c.ShouldRateLimit(context.Background(), override(6, typepb.RateLimitUnit_MINUTE, 0))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		d, err := s.limiter.AllowN(overridePrefix(typepb.RateLimitUnit_MINUTE)+keyOf([]entry{{"", "messaging"}, {"to_number", "1"}}), 0)
+		return err == nil && d.Limit() == 6
+	}, 5*time.Second, 10*time.Millisecond)
+	got := answers(t, c, override(6, typepb.RateLimitUnit_MINUTE, 0), 5)
+	assert.Equal(t, "...xx", got, "3 of 6 spent before the change: 3 more")
 }
 
 // TestEnvoyConfigRefused: configurations envoyproxy/ratelimit refuses

@@ -291,7 +291,7 @@ func (s *server) serveGRPC(o *options, conf *envoyConfig, tlsConf *tls.Config) e
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	s.grpc = grpc.NewServer(opts...)
-	svc := &rls{l: s.limiter, conf: conf, peek: !s.fleetish}
+	svc := &rls{l: s.limiter, conf: conf, peek: !s.fleetish, fleet: s.fleetish}
 	if o.headers {
 		svc.headers = &o.headerNames
 	}
