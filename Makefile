@@ -56,20 +56,24 @@ bench:
 bench-peers: redis-server
 	cd benchmarks && ./run.sh
 
-# A minute of fuzzing per target.
+# A minute of fuzzing per target. Each new input the fuzzer finds is
+# minimized for at most 2 s (Go's default is a minute, during which the
+# target is not fuzzed at all: FuzzCosts ran 15,000 inputs in a minute,
+# 56,000 in 30 s with this).
+FUZZFLAGS ?= -fuzzminimizetime 2s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzBuckets -fuzztime 60s ./local/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./gossip/
-	$(GO) test -run '^$$' -fuzz FuzzDocuments -fuzztime 60s ./gossip/
-	$(GO) test -run '^$$' -fuzz FuzzSpaceSaving -fuzztime 60s ./internal/sketch/
-	$(GO) test -run '^$$' -fuzz FuzzGrantStriped -fuzztime 60s ./hybrid/
-	$(GO) test -run '^$$' -fuzz FuzzCosts -fuzztime 60s ./hybrid/
-	$(GO) test -run '^$$' -fuzz FuzzCallLimits -fuzztime 60s ./hybrid/
-	$(GO) test -run '^$$' -fuzz FuzzReplies -fuzztime 60s ./global/
-	$(GO) test -run '^$$' -fuzz FuzzShardNames -fuzztime 60s ./global/
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./rules/
-	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 60s ./httplimit/
-	$(GO) test -run '^$$' -fuzz FuzzUnmarshalText -fuzztime 60s ./internal/enumtext/
+	$(GO) test -run '^$$' -fuzz FuzzBuckets -fuzztime 60s $(FUZZFLAGS) ./local/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s $(FUZZFLAGS) ./gossip/
+	$(GO) test -run '^$$' -fuzz FuzzDocuments -fuzztime 60s $(FUZZFLAGS) ./gossip/
+	$(GO) test -run '^$$' -fuzz FuzzSpaceSaving -fuzztime 60s $(FUZZFLAGS) ./internal/sketch/
+	$(GO) test -run '^$$' -fuzz FuzzGrantStriped -fuzztime 60s $(FUZZFLAGS) ./hybrid/
+	$(GO) test -run '^$$' -fuzz FuzzCosts -fuzztime 60s $(FUZZFLAGS) ./hybrid/
+	$(GO) test -run '^$$' -fuzz FuzzCallLimits -fuzztime 60s $(FUZZFLAGS) ./hybrid/
+	$(GO) test -run '^$$' -fuzz FuzzReplies -fuzztime 60s $(FUZZFLAGS) ./global/
+	$(GO) test -run '^$$' -fuzz FuzzShardNames -fuzztime 60s $(FUZZFLAGS) ./global/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s $(FUZZFLAGS) ./rules/
+	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 60s $(FUZZFLAGS) ./httplimit/
+	$(GO) test -run '^$$' -fuzz FuzzUnmarshalText -fuzztime 60s $(FUZZFLAGS) ./internal/enumtext/
 
 demo:
 	$(GO) run ./cmd/demo
