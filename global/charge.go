@@ -17,7 +17,7 @@ import (
 var addGCRA = redis.NewScript(storedNum + gcraNow + `
 local new = math.min(tat + n * emission, now + burst * emission)
 if n > 0 and new > tat then
-  redis.call('SET', KEYS[1], new, 'PX', math.ceil((new - now) / 1000) + 1)
+  redis.call('SET', KEYS[1], gcraValue(new, emission), 'PX', math.ceil((new - now) / 1000) + 1)
 end
 return {1}
 `)

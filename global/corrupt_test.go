@@ -95,6 +95,9 @@ func TestCorruptStrictState(t *testing.T) {
 	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		lim := fleet.Limit{Algorithm: alg, Limit: 100, Window: time.Minute}
 		state := corruptions([]string{"tat"}, false, set("gcra"))
+		for _, v := range []string{"1;x", "1;0", "1;-5", "x;1", "1;2;3", "1;nan", "-1;5"} { // "tat;emission"
+			state = append(state, corruption{"gcra=" + v, set("gcra")("", v)})
+		}
 		if alg == local.SlidingWindow {
 			state = corruptions([]string{"w", "cur", "prev"}, false, hset("sw"))
 		}

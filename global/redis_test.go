@@ -436,8 +436,11 @@ func TestStoredTimesKeepMicroseconds(t *testing.T) {
 	tat, err := c.Get(ctx, "hl:{fast}:gcra").Result()
 	require.NoError(t, err)
 	assert.NotContains(t, tat, "e+", "TAT stored as %q", tat)
-	_, err = strconv.ParseInt(strings.TrimSuffix(tat, ".0"), 10, 64)
+	at, emission, ok := strings.Cut(tat, ";")
+	require.True(t, ok, "stored as tat;emission: %q", tat)
+	_, err = strconv.ParseInt(strings.TrimSuffix(at, ".0"), 10, 64)
 	assert.NoError(t, err, "TAT %q should be whole microseconds", tat)
+	assert.Equal(t, "1", emission, "a µs a token")
 
 	_, err = r.Sync(ctx, &fleet.Request{Node: "n", Interval: time.Second,
 		Keys: []fleet.Usage{{Key: "fast", Limit: lim, Demand: 7}}})

@@ -138,14 +138,45 @@ local elapsed = now - w * window
 local est = estimate(cur, prevc, window, elapsed)
 `
 
-// gcraNow reads a strict GCRA key (KEYS[1], its theoretical arrival
-// time) at Redis's time. ARGV: limit, window_us, burst, n. It leaves now,
-// limit, window, burst, n, emission and tat, no earlier than now.
-const gcraNow = redisNow + `
+// gcraState reads and writes a strict GCRA key's state: its theoretical
+// arrival time and the emission interval (µs a token) it was written
+// under, "tat;emission". gcraTat reads state v at now for a limit of
+// emission: the arrival time, no earlier than now; a state written under
+// another emission (the limit changed: SetPolicies, a load factor, a
+// limit given per call) keeps the tokens it spent, not the fraction of
+// the burst: what lies ahead of now is rescaled to this emission. A bare
+// arrival time, as an earlier version wrote, is taken as written under
+// this emission. gcraValue is the state to write, its numbers formatted
+// with 17 digits (tostring's 14 would round a time to 100 µs). They
+// follow storedNum.
+const gcraState = `
+local function gcraTat(v, now, emission)
+  if not v then return now end
+  local t, e = string.match(v, '^([^;]+);([^;]+)$')
+  local tat, was
+  if t then
+    tat, was = stored(t, 'tat', 0), stored(e, 'the emission', 0)
+    if was <= 0 then corrupt('the emission', v) end
+  else
+    tat = stored(v, 'tat', 0)
+  end
+  if tat <= now then return now end
+  if was and was ~= emission then tat = now + (tat - now) * emission / was end
+  return tat
+end
+
+local function gcraValue(tat, emission)
+  return string.format('%.17g;%.17g', tat, emission)
+end
+`
+
+// gcraNow reads a strict GCRA key (KEYS[1], its state: gcraState) at
+// Redis's time. ARGV: limit, window_us, burst, n. It leaves now, limit,
+// window, burst, n, emission and tat, no earlier than now.
+const gcraNow = redisNow + gcraState + `
 local limit, window, burst, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local emission = window / limit
-local tat = stored(redis.call('GET', KEYS[1]), 'tat', 0) or now
-if tat < now then tat = now end
+local tat = gcraTat(redis.call('GET', KEYS[1]), now, emission)
 `
 
 // shardedGuard answers, before a strict script decides, for a key marked
@@ -197,11 +228,10 @@ return {n}
 // KEYS[1] holds the theoretical arrival time, KEYS[2] the shard marker.
 // ARGV: limit, window_us, burst, cost. Returns {allowed, remaining,
 // retry_after_us, reset_after_us}, or shardedGuard's answer.
-var strictGCRA = redis.NewScript(storedNum + strictRead + `
+var strictGCRA = redis.NewScript(storedNum + strictRead + gcraState + `
 local limit, window, burst, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local emission = window / limit
-local tat = stored(got[1], 'tat', 0) or now
-if tat < now then tat = now end
+local tat = gcraTat(got[1], now, emission)
 local cost = n
 local tau = burst * emission
 local new = tat + cost * emission
@@ -214,7 +244,7 @@ if new - now > tau then
   if remaining < 0 then remaining = 0 end
   return {0, remaining, math.ceil(new - tau - now), math.ceil(tat - now)}
 end
-redis.call('SET', KEYS[1], new, 'PX', math.ceil((new - now) / 1000) + 1)
+redis.call('SET', KEYS[1], gcraValue(new, emission), 'PX', math.ceil((new - now) / 1000) + 1)
 return {1, math.floor((tau - (new - now)) / emission), 0, math.ceil(new - now)}
 `)
 
@@ -255,7 +285,7 @@ return {1, limit - est - cost, 0, (w + 2) * window - now}
 var chargeGCRA = redis.NewScript(storedNum + gcraNow + `
 local floor = now + math.min(n, burst) * emission
 if floor > tat then
-  redis.call('SET', KEYS[1], floor, 'PX', math.ceil((floor - now) / 1000) + 1)
+  redis.call('SET', KEYS[1], gcraValue(floor, emission), 'PX', math.ceil((floor - now) / 1000) + 1)
 end
 return {1}
 `)

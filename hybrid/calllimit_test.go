@@ -111,14 +111,7 @@ func TestAllowNLimitOnAFleet(t *testing.T) {
 			d, err := a.AllowNLimit(key, 0, 20, 0)
 			require.NoError(t, err)
 			assert.Equal(t, int64(20), d.Limit())
-			if mode == hybrid.Hybrid {
-				assert.Equal(t, 10, round(30), "raised to 30: what it adds to the 20 spent")
-			} else {
-				// A Strict key's state in Redis is a GCRA time: a new
-				// limit keeps the fraction spent, not the count
-				// (docs/policies.md).
-				assert.Zero(t, round(30), "raised to 30: the whole of it spent, as 20 of 20 were")
-			}
+			assert.Equal(t, 10, round(30), "raised to 30: what it adds to the 20 spent")
 			assert.Zero(t, round(5), "lowered to 5: spent")
 			st := a.Stats().Policies[0]
 			assert.Equal(t, "api", st.Name, "counted under its policy")
