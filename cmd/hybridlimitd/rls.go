@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -47,9 +48,29 @@ const (
 
 // applied is a descriptor's limit and its key.
 type applied struct {
-	lim      *limit
-	key      string
-	override bool // the request's limit override: lim.rpu is the key's limit per call
+	lim       *limit
+	key       string
+	override  bool  // the request's limit override: the key's limit is the call's
+	perWindow int64 // an override's rate, a window of its template policy (overrideLimit)
+}
+
+// overrideLimit is how a limit override of rpu a period of mult units u
+// (mult 0 is 1) is decided: under the template policy of unit tmpl, at
+// perWindow requests a tmpl (a token bucket holding rpu). The first
+// template whose window the rate fills with a whole number of requests
+// is chosen: 10 per 30 seconds is 20 a minute. ok is false if none does
+// (an odd number every two years).
+func overrideLimit(rpu uint32, u typepb.RateLimitUnit, mult uint32) (tmpl typepb.RateLimitUnit, perWindow int64, ok bool) {
+	secs := func(u typepb.RateLimitUnit) int64 {
+		return int64(units[rlspb.RateLimitResponse_RateLimit_Unit(rlspb.RateLimitResponse_RateLimit_Unit_value[u.String()])] / time.Second)
+	}
+	period := secs(u) * int64(max(mult, 1)) // at most 2^32 years in seconds: under 2^57
+	for t := typepb.RateLimitUnit_SECOND; t <= typepb.RateLimitUnit_YEAR; t++ {
+		if n := int64(rpu) * secs(t); n%period == 0 && n/period >= 1 { // rpu < 2^31, a year < 2^25 s
+			return t, n / period, true
+		}
+	}
+	return 0, 0, false
 }
 
 // ShouldRateLimit decides a request's descriptors, all or nothing: a
@@ -76,8 +97,9 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 			// configuration says of the descriptor, keyed by it and its
 			// domain (an entry with an empty key, which no request has).
 			u := o.GetUnit()
+			tmpl, per, _ := overrideLimit(o.GetRequestsPerUnit(), u, o.GetUnitMultiplier().GetValue()) // check made sure it fits
 			entries = append([]entry{{"", req.GetDomain()}}, entries...)
-			limits[i] = &applied{key: overridePrefix(u) + keyOf(entries), override: true, lim: &limit{
+			limits[i] = &applied{key: overridePrefix(tmpl) + keyOf(entries), override: true, perWindow: per, lim: &limit{
 				rpu: o.GetRequestsPerUnit(), unit: rlspb.RateLimitResponse_RateLimit_Unit(rlspb.RateLimitResponse_RateLimit_Unit_value[u.String()])}}
 			continue
 		}
@@ -130,7 +152,7 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		if a.override {
 			// The key's limit is the override's: a new key starts under
 			// it, a key under another moves to it within an interval.
-			if _, err := s.l.AllowNLimit(a.key, 0, int64(a.lim.rpu), int64(a.lim.rpu)); err != nil {
+			if _, err := s.l.AllowNLimit(a.key, 0, a.perWindow, int64(a.lim.rpu)); err != nil {
 				cancelAll(took)
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its limit override: %v", i, err)
 			}
@@ -216,11 +238,14 @@ func (s *rls) check(req *rlspb.RateLimitRequest) (*node, []int, error) {
 			switch u := o.GetUnit(); {
 			case u < typepb.RateLimitUnit_SECOND || u > typepb.RateLimitUnit_YEAR:
 				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its limit override's unit %v is not SECOND to YEAR", i, u)
-			case o.GetUnitMultiplier().GetValue() > 1:
-				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its limit override's unit_multiplier %d: hybridlimitd takes limits per one unit", i, o.GetUnitMultiplier().GetValue())
 			case o.GetRequestsPerUnit() > math.MaxInt32:
 				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its limit override of %d a unit is more than 2147483647", i, o.GetRequestsPerUnit())
-			case !s.fleet:
+			case o.GetRequestsPerUnit() > 0:
+				if _, _, ok := overrideLimit(o.GetRequestsPerUnit(), u, o.GetUnitMultiplier().GetValue()); !ok {
+					return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its limit override of %d per %d %v is no whole number of requests a second, minute, hour, day, month or year", i, o.GetRequestsPerUnit(), o.GetUnitMultiplier().GetValue(), u)
+				}
+			}
+			if !s.fleet {
 				return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d overrides its limit: limit overrides need a fleet (--redis or --gossip-bind)", i)
 			}
 		}

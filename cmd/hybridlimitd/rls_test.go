@@ -170,7 +170,7 @@ func TestEnvoyBadRequests(t *testing.T) {
 		{"a limit override with no fleet", override(1000, typepb.RateLimitUnit_SECOND, 0), "limit overrides need a fleet"},
 		{"an override's unknown unit", override(10, 0, 0), "unit UNKNOWN"},
 		{"an override's unit out of range", override(10, 99, 0), "unit 99"},
-		{"an override's multiplier", override(10, typepb.RateLimitUnit_SECOND, 30), "unit_multiplier 30"},
+		{"an override no window holds whole", override(1, typepb.RateLimitUnit_YEAR, 2), "no whole number of requests"},
 		{"an override past 2^31-1", override(1<<31, typepb.RateLimitUnit_SECOND, 0), "more than 2147483647"},
 	} {
 		_, err := c.ShouldRateLimit(context.Background(), tt.req)
@@ -205,6 +205,9 @@ func TestEnvoyLimitOverride(t *testing.T) {
 		"without the override: the configuration's limit, its own state")
 	assert.Equal(t, "x", answers(t, c, override(0, typepb.RateLimitUnit_SECOND, 0), 1), "0 a unit")
 	assert.Equal(t, "..", answers(t, c, override(5, typepb.RateLimitUnit_HOUR, 0), 2), "another unit: another key")
+	every30s := override(4, typepb.RateLimitUnit_SECOND, 30)
+	every30s.Descriptors[0].Entries = desc("to_number=2").Entries
+	assert.Equal(t, "....x", answers(t, c, every30s, 5), "4 per 30 s: a bucket of 4, 8 a minute")
 	// Raised from 3 to 6 a minute: 3 more within an interval.
 	_, err = c.ShouldRateLimit(context.Background(), override(6, typepb.RateLimitUnit_MINUTE, 0))
 	require.NoError(t, err)
@@ -214,6 +217,35 @@ func TestEnvoyLimitOverride(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	got := answers(t, c, override(6, typepb.RateLimitUnit_MINUTE, 0), 5)
 	assert.Equal(t, "...xx", got, "3 of 6 spent before the change: 3 more")
+}
+
+// TestOverrideLimit: an override's rate is decided under the first
+// template whose window it fills with a whole number of requests.
+func TestOverrideLimit(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		rpu        uint32
+		unit       typepb.RateLimitUnit
+		mult       uint32
+		tmpl       typepb.RateLimitUnit
+		per        int64
+		impossible bool
+	}{
+		{rpu: 3, unit: typepb.RateLimitUnit_MINUTE, tmpl: typepb.RateLimitUnit_MINUTE, per: 3},
+		{rpu: 120, unit: typepb.RateLimitUnit_MINUTE, tmpl: typepb.RateLimitUnit_SECOND, per: 2},
+		{rpu: 10, unit: typepb.RateLimitUnit_SECOND, mult: 30, tmpl: typepb.RateLimitUnit_MINUTE, per: 20},
+		{rpu: 7, unit: typepb.RateLimitUnit_SECOND, mult: 45, tmpl: typepb.RateLimitUnit_HOUR, per: 560},
+		{rpu: 5, unit: typepb.RateLimitUnit_DAY, mult: 1, tmpl: typepb.RateLimitUnit_DAY, per: 5},
+		{rpu: 1, unit: typepb.RateLimitUnit_YEAR, mult: 2, impossible: true},
+		{rpu: 1<<31 - 1, unit: typepb.RateLimitUnit_SECOND, mult: 1<<32 - 1, impossible: true},
+	} {
+		tmpl, per, ok := overrideLimit(tt.rpu, tt.unit, tt.mult)
+		assert.Equal(t, !tt.impossible, ok, "%+v", tt)
+		if ok {
+			assert.Equal(t, tt.tmpl, tmpl, "%+v", tt)
+			assert.Equal(t, tt.per, per, "%+v", tt)
+		}
+	}
 }
 
 // TestEnvoyConfigRefused: configurations envoyproxy/ratelimit refuses
