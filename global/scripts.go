@@ -144,12 +144,18 @@ local est = estimate(cur, prevc, window, elapsed)
 // emission: the arrival time, no earlier than now; a state written under
 // another emission (the limit changed: SetPolicies, a load factor, a
 // limit given per call) keeps the tokens it spent, not the fraction of
-// the burst: what lies ahead of now is rescaled to this emission. A bare
+// the burst: what lies ahead of now is rescaled to this emission, and
+// written back with an expiry for it (a lower limit's debt outlives the
+// old expiry). A bare
 // arrival time, as an earlier version wrote, is taken as written under
 // this emission. gcraValue is the state to write, its numbers formatted
 // with 17 digits (tostring's 14 would round a time to 100 µs). They
 // follow storedNum.
 const gcraState = `
+local function gcraValue(tat, emission)
+  return string.format('%.17g;%.17g', tat, emission)
+end
+
 local function gcraTat(v, now, emission)
   if not v then return now end
   local t, e = string.match(v, '^([^;]+);([^;]+)$')
@@ -161,13 +167,16 @@ local function gcraTat(v, now, emission)
     tat = stored(v, 'tat', 0)
   end
   if tat <= now then return now end
-  if was and was ~= emission then tat = now + (tat - now) * emission / was end
+  if was and was ~= emission then
+    tat = now + (tat - now) * emission / was
+    if tat > huge then corrupt('tat', v) end
+    -- The key's expiry was set for the old arrival time: a lower limit
+    -- moves it later, and the debt must outlive it.
+    redis.call('SET', KEYS[1], gcraValue(tat, emission), 'PX', math.ceil((tat - now) / 1000) + 1)
+  end
   return tat
 end
 
-local function gcraValue(tat, emission)
-  return string.format('%.17g;%.17g', tat, emission)
-end
 `
 
 // gcraNow reads a strict GCRA key (KEYS[1], its state: gcraState) at

@@ -73,9 +73,25 @@ func TestEnvoyEnvironment(t *testing.T) {
 		{[]string{"GRPC_SERVER_USE_TLS", "true", "GRPC_CLIENT_TLS_CACERT", "ca.pem"}, "GRPC_CLIENT_TLS_CACERT"},
 		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW"}, `CONFIG_TYPE "GRPC_XDS_SOTW"`},
 		{[]string{"LOG_LEVEL", "loud", "RUNTIME_ROOT", "/data"}, "--log-level"},
+		{[]string{"GRPC_UDS", "/tmp/rl.sock", "RUNTIME_ROOT", "/data"}, "GRPC_UDS"},
+		{[]string{"QUOTA_MODE", "true", "RUNTIME_ROOT", "/data"}, "QUOTA_MODE"},
+		{[]string{"REDIS_TLS_CACERT", "ca.pem", "RUNTIME_ROOT", "/data"}, "REDIS_TLS_CACERT"},
+		{[]string{"REDIS_SOCKET_TYPE", "tcp", "RUNTIME_ROOT", "/data"}, "REDIS_URL is empty"},
+		{[]string{"GRPC_SERVER_USE_TLS", "true", "RUNTIME_ROOT", "/data"}, "GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY are needed"},
+		{[]string{"REDIS_TLS", "yes", "RUNTIME_ROOT", "/data"}, `REDIS_TLS "yes": not a boolean`},
 	} {
 		_, err := parse(nil, envOf(tt.env...), io.Discard)
 		assert.ErrorContains(t, err, tt.want, "%v", tt.env)
+	}
+	// A setting a flag overrides is neither used nor checked.
+	o, err = parse([]string{"--redis", "r:1", "--config", "c"}, envOf("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "r:1", o.redis)
+	// logrus's level names, as envoyproxy/ratelimit takes them.
+	for lv, want := range map[string]slog.Level{"warning": slog.LevelWarn, "trace": slog.LevelDebug, "ERROR": slog.LevelError, "fatal": slog.LevelError} {
+		o, err := parse([]string{"--config", "c"}, envOf("LOG_LEVEL", lv), io.Discard)
+		require.NoError(t, err, lv)
+		assert.Equal(t, want, o.logLevel, lv)
 	}
 }
 

@@ -111,7 +111,7 @@ func parse(args []string, env func(string) string, usage io.Writer) (*options, e
 	if err != nil {
 		return nil, err
 	}
-	envoy, notes, err := envoyFlags(env) // envoyproxy/ratelimit's settings (envoyenv.go)
+	envoy, notes, err := envoyFlags(env, set) // envoyproxy/ratelimit's settings (envoyenv.go)
 	if err != nil {
 		return nil, fmt.Errorf("envoyproxy/ratelimit setting %w", err)
 	}

@@ -56,17 +56,25 @@ type applied struct {
 
 // overrideLimit is how a limit override of rpu a period of mult units u
 // (mult 0 is 1) is decided: under the template policy of unit tmpl, at
-// perWindow requests a tmpl (a token bucket holding rpu). The first
-// template whose window the rate fills with a whole number of requests
-// is chosen: 10 per 30 seconds is 20 a minute. ok is false if none does
-// (an odd number every two years).
+// perWindow requests a tmpl (a token bucket holding rpu). The template is
+// the first whose window is a whole number of periods, so that it
+// depends on the period alone and a changed rpu keeps the key and what it
+// spent: 10 per 30 seconds is 20 a minute. For a period no window is a
+// multiple of (7 seconds), the first window the rate fills with a whole
+// number of requests, which a changed rpu may change. ok is false if
+// none does (an odd number every two years).
 func overrideLimit(rpu uint32, u typepb.RateLimitUnit, mult uint32) (tmpl typepb.RateLimitUnit, perWindow int64, ok bool) {
 	secs := func(u typepb.RateLimitUnit) int64 {
 		return int64(units[rlspb.RateLimitResponse_RateLimit_Unit(rlspb.RateLimitResponse_RateLimit_Unit_value[u.String()])] / time.Second)
 	}
 	period := secs(u) * int64(max(mult, 1)) // at most 2^32 years in seconds: under 2^57
 	for t := typepb.RateLimitUnit_SECOND; t <= typepb.RateLimitUnit_YEAR; t++ {
-		if n := int64(rpu) * secs(t); n%period == 0 && n/period >= 1 { // rpu < 2^31, a year < 2^25 s
+		if secs(t)%period == 0 && rpu > 0 {
+			return t, int64(rpu) * (secs(t) / period), true // rpu < 2^31, a year < 2^25 s
+		}
+	}
+	for t := typepb.RateLimitUnit_SECOND; t <= typepb.RateLimitUnit_YEAR; t++ {
+		if n := int64(rpu) * secs(t); n%period == 0 && n/period >= 1 {
 			return t, n / period, true
 		}
 	}
@@ -100,7 +108,7 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 			tmpl, per, _ := overrideLimit(o.GetRequestsPerUnit(), u, o.GetUnitMultiplier().GetValue()) // check made sure it fits
 			entries = append([]entry{{"", req.GetDomain()}}, entries...)
 			limits[i] = &applied{key: overridePrefix(tmpl) + keyOf(entries), override: true, perWindow: per, lim: &limit{
-				rpu: o.GetRequestsPerUnit(), unit: rlspb.RateLimitResponse_RateLimit_Unit(rlspb.RateLimitResponse_RateLimit_Unit_value[u.String()])}}
+				rpu: o.GetRequestsPerUnit(), shadow: s.conf.shadow, unit: rlspb.RateLimitResponse_RateLimit_Unit(rlspb.RateLimitResponse_RateLimit_Unit_value[u.String()])}}
 			continue
 		}
 		if l := root.find(entries); l != nil {
@@ -152,7 +160,10 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		if a.override {
 			// The key's limit is the override's: a new key starts under
 			// it, a key under another moves to it within an interval.
-			if _, err := s.l.AllowNLimit(a.key, 0, a.perWindow, int64(a.lim.rpu)); err != nil {
+			if _, err := s.l.AllowNLimit(a.key, 0, a.perWindow, int64(a.lim.rpu)); errors.Is(err, hybrid.ErrTooManyKeys) {
+				st.Code, resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT, rlspb.RateLimitResponse_OVER_LIMIT // as TakeN's, below
+				continue
+			} else if err != nil {
 				cancelAll(took)
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its limit override: %v", i, err)
 			}
@@ -182,7 +193,17 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 			tightest = st
 		}
 	}
-	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+	switch {
+	case resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT:
+	case s.conf.shadow:
+		// Every limit in shadow mode (--shadow): decided and counted,
+		// answered OK whatever refused, and what was taken stays taken,
+		// as the request goes on.
+		resp.OverallCode = rlspb.RateLimitResponse_OK
+		for _, st := range resp.Statuses {
+			st.Code = rlspb.RateLimitResponse_OK
+		}
+	default:
 		cancelAll(took) // all or nothing
 	}
 	if h := s.headers; h != nil && tightest != nil {

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/gossip"
+	"github.com/hybridlimit/hybridlimit/hybrid"
 	hlrules "github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -205,6 +207,26 @@ func TestEnvoyLimitOverride(t *testing.T) {
 		"without the override: the configuration's limit, its own state")
 	assert.Equal(t, "x", answers(t, c, override(0, typepb.RateLimitUnit_SECOND, 0), 1), "0 a unit")
 	assert.Equal(t, "..", answers(t, c, override(5, typepb.RateLimitUnit_HOUR, 0), 2), "another unit: another key")
+	// Lowered from 12 to 9 a minute after 12 spent: the same key.
+	perMinute := func(rpu uint32) *rlspb.RateLimitRequest {
+		r := override(rpu, typepb.RateLimitUnit_MINUTE, 0)
+		r.Descriptors[0].Entries = desc("to_number=3").Entries
+		return r
+	}
+	// A new key's first burst may wait for its lease: offer until 12 are
+	// admitted, never more.
+	got := ""
+	for deadline := time.Now().Add(5 * time.Second); strings.Count(got, ".") < 12 && time.Now().Before(deadline); {
+		if a := answers(t, c, perMinute(12), 1); a == "x" {
+			time.Sleep(20 * time.Millisecond)
+		} else {
+			got += a
+		}
+	}
+	require.Equal(t, 12, strings.Count(got, "."), "12 a minute")
+	time.Sleep(200 * time.Millisecond) // past a sync: the fleet's view, not the node's lease
+	assert.Equal(t, "xxx", answers(t, c, perMinute(12), 3), "12 of 12 spent")
+	assert.Equal(t, "x", answers(t, c, perMinute(9), 1), "lowered to 9: what was spent stays spent")
 	every30s := override(4, typepb.RateLimitUnit_SECOND, 30)
 	every30s.Descriptors[0].Entries = desc("to_number=2").Entries
 	assert.Equal(t, "....x", answers(t, c, every30s, 5), "4 per 30 s: a bucket of 4, 8 a minute")
@@ -215,8 +237,36 @@ func TestEnvoyLimitOverride(t *testing.T) {
 		d, err := s.limiter.AllowN(overridePrefix(typepb.RateLimitUnit_MINUTE)+keyOf([]entry{{"", "messaging"}, {"to_number", "1"}}), 0)
 		return err == nil && d.Limit() == 6
 	}, 5*time.Second, 10*time.Millisecond)
-	got := answers(t, c, override(6, typepb.RateLimitUnit_MINUTE, 0), 5)
-	assert.Equal(t, "...xx", got, "3 of 6 spent before the change: 3 more")
+	assert.Equal(t, "...xx", answers(t, c, override(6, typepb.RateLimitUnit_MINUTE, 0), 5), "3 of 6 spent before the change: 3 more")
+}
+
+// TestEnvoyOverrideFloodAndShadow: limit overrides past the key table's
+// bound are over the limit, not an InvalidArgument (which Envoy lets
+// through); in shadow mode (--shadow) an override of 0 is answered OK.
+func TestEnvoyOverrideFloodAndShadow(t *testing.T) {
+	t.Parallel()
+	conf, err := loadEnvoy([]string{"../../docs/examples/envoy"}, false, false)
+	require.NoError(t, err)
+	g, err := gossip.New(gossip.Config{BindAddr: "127.0.0.1"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close() })
+	l, err := hybrid.New(hybrid.Config{Policies: conf.policies, Syncer: g, MaxKeys: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	svc := &rls{l: l, conf: conf, fleet: true}
+	ctx := context.Background()
+	first := override(3, typepb.RateLimitUnit_MINUTE, 0)
+	resp, err := svc.ShouldRateLimit(ctx, first)
+	require.NoError(t, err)
+	assert.Equal(t, rlspb.RateLimitResponse_OK, resp.OverallCode)
+	second := override(3, typepb.RateLimitUnit_MINUTE, 0)
+	second.Descriptors[0].Entries = desc("to_number=2").Entries
+	resp, err = svc.ShouldRateLimit(ctx, second)
+	require.NoError(t, err, "a full table is over the limit, not an error")
+	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, resp.OverallCode)
+
+	c, _ := startRLS(t, &options{envoy: []string{"../../docs/examples/envoy"}, gossipBind: "127.0.0.1:0", gossipGrace: time.Second, shadow: true})
+	assert.Equal(t, "..", answers(t, c, override(0, typepb.RateLimitUnit_SECOND, 0), 2), "0 a unit, in shadow mode")
 }
 
 // TestOverrideLimit: an override's rate is decided under the first
@@ -232,7 +282,9 @@ func TestOverrideLimit(t *testing.T) {
 		impossible bool
 	}{
 		{rpu: 3, unit: typepb.RateLimitUnit_MINUTE, tmpl: typepb.RateLimitUnit_MINUTE, per: 3},
-		{rpu: 120, unit: typepb.RateLimitUnit_MINUTE, tmpl: typepb.RateLimitUnit_SECOND, per: 2},
+		{rpu: 120, unit: typepb.RateLimitUnit_MINUTE, tmpl: typepb.RateLimitUnit_MINUTE, per: 120}, // by the period alone
+		{rpu: 90, unit: typepb.RateLimitUnit_MINUTE, tmpl: typepb.RateLimitUnit_MINUTE, per: 90},
+		{rpu: 7, unit: typepb.RateLimitUnit_SECOND, mult: 7, tmpl: typepb.RateLimitUnit_SECOND, per: 1}, // no window is whole periods
 		{rpu: 10, unit: typepb.RateLimitUnit_SECOND, mult: 30, tmpl: typepb.RateLimitUnit_MINUTE, per: 20},
 		{rpu: 7, unit: typepb.RateLimitUnit_SECOND, mult: 45, tmpl: typepb.RateLimitUnit_HOUR, per: 560},
 		{rpu: 5, unit: typepb.RateLimitUnit_DAY, mult: 1, tmpl: typepb.RateLimitUnit_DAY, per: 5},

@@ -210,7 +210,8 @@ func (s *server) fleets(ctx context.Context, o *options) (syncer, failover fleet
 }
 
 // serveHTTP starts the HTTP server: the rate check and the rules API (with
-// --config), /metrics, /healthz and /readyz.
+// --config), /metrics, /healthz (and envoyproxy/ratelimit's /healthcheck)
+// and /readyz.
 func (s *server) serveHTTP(o *options, tlsConf *tls.Config) error {
 	mux := http.NewServeMux()
 	if s.rules != nil {
@@ -242,13 +243,15 @@ func (s *server) serveHTTP(o *options, tlsConf *tls.Config) error {
 		reg.MustRegister(s.redisCount.collectors()...)
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	healthz := func(w http.ResponseWriter, _ *http.Request) {
 		if s.stopping.Load() {
 			http.Error(w, "stopping", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
-	})
+	}
+	mux.HandleFunc("/healthz", healthz)
+	mux.HandleFunc("/healthcheck", healthz) // envoyproxy/ratelimit's, which its manifests probe
 	mux.HandleFunc("/readyz", s.ready)
 	ln, err := net.Listen("tcp", o.httpAddr)
 	if err != nil {
