@@ -48,6 +48,8 @@ type Gossip struct {
 	joined bool // a peer has been a member at some point
 
 	evMu     sync.Mutex
+	warned   bool                       // the fleet is past what gossip serves within its stated bounds (warnFleet)
+	logger   *log.Logger                // memberlist's, and this package's warnings
 	events   []event                    // membership events not yet applied to tab
 	members  map[string]memberlist.Node // live members, copied from events
 	addr     string                     // advertised host:port
@@ -121,6 +123,7 @@ func New(cfg Config) (*Gossip, error) {
 	if logger == nil {
 		logger = log.New(io.Discard, "", 0)
 	}
+	g.logger = logger
 	// The transport is made here rather than by memberlist, so that a
 	// port of 0 can be read back before memberlist advertises it, and so
 	// that it can be wrapped.
