@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,10 +85,6 @@ func loadFactorThroughTheAPI(t *testing.T, backend string) {
 	defer srv.Close()
 	before := nodes[0].Rules().Policies()[0]
 
-	factorOf := func(i int) float64 { return hls[i].Stats().Policies[0].LoadFactor }
-	var changed sync.Once
-	var at atomic.Int64
-	inForce := make([]atomic.Int64, len(nodes))
 	deciders := make([]fleettest.Decider, len(nodes))
 	for i, r := range nodes {
 		deciders[i] = func() (bool, error) {
@@ -98,35 +93,24 @@ func loadFactorThroughTheAPI(t *testing.T, backend string) {
 		}
 	}
 	const d = 7 * time.Second
-	run := fleettest.DriveDeciders(t, deciders, func(i int, now time.Duration) float64 {
-		if now >= 1500*time.Millisecond {
-			changed.Do(func() {
-				at.Store(int64(now))
-				wg.Go(func() {
-					req, err := http.NewRequest("PUT", srv.URL+"/admin/v1/load_factor", strings.NewReader(`{"load_factor": 0.5}`))
-					if !assert.NoError(t, err) {
-						return
-					}
-					resp, err := http.DefaultClient.Do(req)
-					if assert.NoError(t, err) {
-						resp.Body.Close()
-						assert.Equal(t, http.StatusOK, resp.StatusCode)
-					}
-				})
-			})
-			if inForce[i].Load() == 0 && factorOf(i) == 0.5 {
-				inForce[i].Store(int64(now))
-			}
+	run, ch := fleettest.DriveChange(t, deciders, 500, d, 1500*time.Millisecond, func() { // 2,000/s in all
+		req, err := http.NewRequest("PUT", srv.URL+"/admin/v1/load_factor", strings.NewReader(`{"load_factor": 0.5}`))
+		if !assert.NoError(t, err) {
+			return
 		}
-		return 500 * now.Seconds() // 2,000/s in all
-	}, d)
-	change := time.Duration(at.Load())
+		resp, err := http.DefaultClient.Do(req)
+		if assert.NoError(t, err) {
+			resp.Body.Close()
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+		}
+	}, func(i int) bool { return hls[i].Stats().Policies[0].LoadFactor == 0.5 })
+	change := ch.At
 	require.NotZero(t, change)
 	var took []string
-	for i := range inForce {
-		require.Positive(t, inForce[i].Load(), "node %d never applied the factor", i+1)
-		took = append(took, fmt.Sprint(time.Duration(inForce[i].Load())-change))
-		assert.Less(t, time.Duration(inForce[i].Load())-change, time.Second, "node %d", i+1)
+	for i, at := range ch.InForce {
+		require.Positive(t, at, "node %d never applied the factor", i+1)
+		took = append(took, fmt.Sprint(at-change))
+		assert.Less(t, at-change, time.Second, "node %d", i+1)
 	}
 	ideal := run.IdealRunChanged(t, before, change, 500)
 	worst, idealWorst := run.MaxInWindowFrom(time.Second, change), ideal.MaxInWindowFrom(time.Second, change)

@@ -25,6 +25,16 @@ func (f *bucketFleet) Sync(_ context.Context, req *fleet.Request) (*fleet.Respon
 	return resp, nil
 }
 
+// callLimiter is a Limiter synced by hand on a bucketFleet, its one
+// policy 1,000 an hour.
+func callLimiter(t *testing.T) *Limiter {
+	l, err := New(Config{Node: "n", Syncer: &bucketFleet{spent: map[string]int64{}}, ManualSync: true,
+		Clock: clock.NewManual(time.Unix(1_700_000_000, 0)), Policies: []Policy{{Name: "p", Limit: 1000, Window: time.Hour}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
 // TestCallLimitSurvivesForgetting: a key held under a caller's limit and
 // forgotten as a decision runs (a race the sync loop can win) is made
 // again under the caller's limit, not its policy's; and a limit asked
@@ -32,10 +42,7 @@ func (f *bucketFleet) Sync(_ context.Context, req *fleet.Request) (*fleet.Respon
 // new key nor keeps a later call from moving it.
 func TestCallLimitSurvivesForgetting(t *testing.T) {
 	t.Parallel()
-	l, err := New(Config{Node: "n", Syncer: &bucketFleet{spent: map[string]int64{}}, ManualSync: true,
-		Clock: clock.NewManual(time.Unix(1_700_000_000, 0)), Policies: []Policy{{Name: "p", Limit: 1000, Window: time.Hour}}})
-	require.NoError(t, err)
-	defer l.Close()
+	l := callLimiter(t)
 	ctx := context.Background()
 	d, err := l.AllowNLimit("k", 1, 100, 0)
 	require.NoError(t, err)
@@ -71,12 +78,9 @@ func TestCallLimitSurvivesForgetting(t *testing.T) {
 // the key is moved, for its limit again, keeps it.
 func TestCallLimitGoesBack(t *testing.T) {
 	t.Parallel()
-	l, err := New(Config{Node: "n", Syncer: &bucketFleet{spent: map[string]int64{}}, ManualSync: true,
-		Clock: clock.NewManual(time.Unix(1_700_000_000, 0)), Policies: []Policy{{Name: "p", Limit: 1000, Window: time.Hour}}})
-	require.NoError(t, err)
-	defer l.Close()
+	l := callLimiter(t)
 	ctx := context.Background()
-	_, err = l.AllowNLimit("k", 0, 100, 0)
+	_, err := l.AllowNLimit("k", 0, 100, 0)
 	require.NoError(t, err)
 	require.NoError(t, l.SyncOnce(ctx))
 	_, err = l.AllowNLimit("k", 0, 10, 0)

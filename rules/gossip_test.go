@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,9 +62,6 @@ func TestFollowOverGossip(t *testing.T) {
 	t.Logf("the fleet took node-%d's file", limitOf(nodes[0])-999)
 	before := nodes[0].Rules().Policies()[0]
 
-	var changed sync.Once
-	var at atomic.Int64
-	inForce := make([]atomic.Int64, len(nodes)) // when each node had 400, from the run's start
 	deciders := make([]fleettest.Decider, len(nodes))
 	for i, r := range nodes {
 		deciders[i] = func() (bool, error) {
@@ -74,26 +70,16 @@ func TestFollowOverGossip(t *testing.T) {
 		}
 	}
 	const d = 7 * time.Second
-	run := fleettest.DriveDeciders(t, deciders, func(i int, now time.Duration) float64 {
-		if now >= 1500*time.Millisecond {
-			changed.Do(func() {
-				_, err := nodes[0].Publish(ctx, c.Nodes[0].Document("rules"), apiRules(400), nodes[0].Version())
-				assert.NoError(t, err)
-				at.Store(int64(now))
-			})
-			if inForce[i].Load() == 0 && limitOf(nodes[i]) == 400 {
-				inForce[i].Store(int64(now))
-			}
-		}
-		return 500 * now.Seconds() // 2,000/s in all
-	}, d)
-	change := time.Duration(at.Load())
+	run, ch := fleettest.DriveChange(t, deciders, 500, d, 1500*time.Millisecond, func() { // 2,000/s in all
+		_, err := nodes[0].Publish(ctx, c.Nodes[0].Document("rules"), apiRules(400), nodes[0].Version())
+		assert.NoError(t, err)
+	}, func(i int) bool { return limitOf(nodes[i]) == 400 })
+	change := ch.At
 	require.NotZero(t, change)
-	for i := range inForce {
-		took := time.Duration(inForce[i].Load()) - change
-		require.Positive(t, inForce[i].Load(), "node %d never applied the change", i+1)
-		t.Logf("node %d applied the change after %v", i+1, took)
-		assert.Less(t, took, time.Second, "node %d", i+1)
+	for i, at := range ch.InForce {
+		require.Positive(t, at, "node %d never applied the change", i+1)
+		t.Logf("node %d applied the change after %v", i+1, at-change)
+		assert.Less(t, at-change, time.Second, "node %d", i+1)
 	}
 	ideal := run.IdealRunChanged(t, before, change, 400)
 	worst, idealWorst := run.MaxInWindowFrom(time.Second, change), ideal.MaxInWindowFrom(time.Second, change)

@@ -209,8 +209,10 @@ func TestWatch(t *testing.T) {
 	require.Eventually(t, func() bool { return logged("rules file applied") }, 5*time.Second, 5*time.Millisecond)
 
 	write("rules:\n  - {name: a, mode: local, key: [tenant], limit: -4, window: 1h}\n")
+	// The watcher may read the file half written (WriteFile truncates it
+	// first) and refuse that first, at another place: wait for the line.
 	require.Eventually(t, func() bool { return logged("rules file refused") }, 5*time.Second, 5*time.Millisecond)
-	assert.True(t, logged("rules.yaml:2:5"), "the line is logged")
+	require.Eventually(t, func() bool { return logged("rules.yaml:2:5") }, 5*time.Second, 5*time.Millisecond, "the line is logged")
 	assert.Equal(t, int64(4), r.Rules().Policies()[0].Limit, "the rules in force stay")
 	assert.Equal(t, 4, admitted(t, r, rules.Request{Tenant: "t"}, 10))
 
