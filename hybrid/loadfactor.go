@@ -57,6 +57,7 @@ func (l *Limiter) SetLoadFactor(f float64, policies ...string) error {
 		return cfgerr.Wrap(ErrInvalidConfig, err)
 	}
 	l.table.Store(t)
+	t.resize()
 	l.rehomeAll(t)
 	return nil
 }

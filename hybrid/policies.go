@@ -33,9 +33,10 @@ import (
 //     handed back.
 //
 // A Local policy's keys live in its own local.Limiter: a Local policy
-// whose limit (Algorithm, Limit, Window or Burst) changes gets a new one,
-// and its keys start from full buckets; one that changes otherwise
-// (Shadow, a fail mode) keeps its buckets.
+// whose Algorithm or Window changes gets a new one, and its keys start
+// from full buckets; one whose Limit or Burst changes keeps its buckets,
+// resized keeping what each key spent (local.Limiter.Resize); one that
+// changes otherwise (Shadow, a fail mode) keeps them as they are.
 
 // policyTable is the policies in force, replaced whole by SetPolicies.
 type policyTable struct {
@@ -46,6 +47,18 @@ type policyTable struct {
 	localFirst bool               // some policy is Local and keys are told by prefix (see localPolicy)
 	strictP    *policy            // a Strict policy, whose limit probes the store; nil if none
 	factors    map[string]float64 // load factors other than 1, by policy name (SetLoadFactor)
+	resizes    []*policy          // policies whose local.Limiter their predecessor's limit sized (resize)
+}
+
+// resize gives the local.Limiter of each policy in t.resizes its
+// policy's limit, keeping what each key spent: once t is in force, since
+// a table refused must change nothing. The table's policies were checked,
+// so that the limit is one a bucket holds.
+func (t *policyTable) resize() {
+	for _, p := range t.resizes {
+		_ = p.local.Resize(p.Limit, p.Burst)
+	}
+	t.resizes = nil
 }
 
 // policies returns the table in force.
@@ -89,10 +102,17 @@ func (l *Limiter) newTable(ps []Policy, field string, prev *policyTable, factors
 			if was != nil {
 				pol.counts = was.counts
 			}
-			if was != nil && was.local != nil && (p.Mode == Local || p.OnUnreachable == FailStatic) &&
-				was.Algorithm == p.Algorithm && was.Limit == p.Limit && was.Window == p.Window && was.Burst == p.Burst {
-				pol.local = was.local // the same buckets: Shadow, Mode or a fail mode changed
-			} else if p.Mode == Local || p.OnUnreachable == FailStatic {
+			switch {
+			case was != nil && was.local != nil && (p.Mode == Local || p.OnUnreachable == FailStatic) &&
+				was.Algorithm == p.Algorithm && was.Window == p.Window:
+				// The same buckets: Shadow, Mode or a fail mode changed,
+				// or the limit, which the buckets take keeping what they
+				// spent, once the table is in force (resize).
+				pol.local = was.local
+				if was.Limit != p.Limit || was.Burst != p.Burst {
+					t.resizes = append(t.resizes, pol)
+				}
+			case p.Mode == Local || p.OnUnreachable == FailStatic:
 				pol.local, err = local.New(local.Config{
 					Algorithm: p.Algorithm, Limit: p.Limit, Window: p.Window, Burst: p.Burst,
 					MaxKeys: l.cfg.MaxKeys, MaxKeyLen: l.cfg.MaxKeyLen, Clock: l.cfg.Clock,
@@ -136,6 +156,7 @@ func (l *Limiter) SetPolicies(ps []Policy) error {
 		return cfgerr.Wrap(ErrInvalidConfig, err)
 	}
 	l.table.Store(t)
+	t.resize()
 	l.rehomeAll(t)
 	return nil
 }

@@ -112,16 +112,20 @@ type sweeper interface {
 	retireIdle(e *entry, now int64) (retired bool, idleAt int64)
 	// retire retires e's bucket whatever its state.
 	retire(e *entry)
+	// params returns the configured parameters, for a new entry; read
+	// under the shard lock, so that a Resize that has passed the shard
+	// never misses an entry made with the old ones.
+	params() *params
 }
 
-// insert returns key's entry, creating it with a bucket of parameters p if
-// absent; created reports whether it did. When the map is full it first
+// insert returns key's entry, creating it with a bucket of the
+// configured parameters (s.params) if absent; created reports whether it did. When the map is full it first
 // sweeps the shards where a key may have become idle, and if that frees
 // nothing it returns ErrTooManyKeys and stores nothing.
 //
 // The caller of a created entry reports its idle time after its first
 // decision (noteIdle), since until then it is as idle as an absent key.
-func (m *keyMap) insert(h uint64, key string, p *params, s sweeper) (e *entry, created bool, err error) {
+func (m *keyMap) insert(h uint64, key string, s sweeper) (e *entry, created bool, err error) {
 	sh := m.shardFor(h)
 	for swept := false; ; swept = true {
 		sh.mu.Lock()
@@ -130,7 +134,7 @@ func (m *keyMap) insert(h uint64, key string, p *params, s sweeper) (e *entry, c
 			return e, false, nil
 		}
 		if m.reserve() {
-			e := sh.addLocked(h, key, p)
+			e := sh.addLocked(h, key, s.params())
 			sh.mu.Unlock()
 			return e, true, nil
 		}
@@ -290,6 +294,21 @@ func (m *keyMap) sweepLocked(sh *shard, s sweeper, now int64) int {
 		sh.rehashLocked()
 	}
 	return n
+}
+
+// each calls f with every entry, each shard's under its lock.
+func (m *keyMap) each(f func(sh *shard, e *entry)) {
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		t := sh.tab.Load()
+		for j := range t.slots {
+			if e := t.slots[j].Load(); e != nil && e != tombstone {
+				f(sh, e)
+			}
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // withEntry calls f with key's entry under the shard lock and reports

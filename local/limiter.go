@@ -35,8 +35,8 @@ var ErrTooManyKeys = errors.New("local: Config.MaxKeys keys are held and none is
 // needs no Close.
 type Limiter struct {
 	cfg   Config
-	p     *params   // the configured parameters, shared by every key not resized
-	epoch time.Time // the clock's Now and Nanotime at New, read together
+	p     atomic.Pointer[params] // the configured parameters, shared by every key not resized
+	epoch time.Time              // the clock's Now and Nanotime at New, read together
 	mono  int64
 	keys  keyMap
 
@@ -52,10 +52,10 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{
 		cfg:   cfg,
-		p:     newParams(cfg.Algorithm, cfg.Limit, cfg.Window, cfg.Burst),
 		epoch: cfg.Clock.Now(),
 		mono:  cfg.Clock.Nanotime(),
 	}
+	l.p.Store(newParams(cfg.Algorithm, cfg.Limit, cfg.Window, cfg.Burst))
 	l.keys.init(cfg.MaxKeys)
 	return l, nil
 }
@@ -129,7 +129,7 @@ func (l *Limiter) allowSlow(h uint64, key string, now, cost int64) (Decision, er
 		created := false
 		if e == nil {
 			var err error
-			if e, created, err = l.keys.insert(h, key, l.p, l); err != nil {
+			if e, created, err = l.keys.insert(h, key, l); err != nil {
 				return l.tooMany(now), err
 			}
 		}
@@ -157,7 +157,7 @@ func (l *Limiter) allowSlow(h uint64, key string, now, cost int64) (Decision, er
 // refusal is the Decision that comes with an error: nothing admitted, and
 // retry after the given time.
 func (l *Limiter) refusal(retry time.Duration) Decision {
-	return Decision{limit: l.p.burst, retryAfter: retry}
+	return Decision{limit: l.p.Load().burst, retryAfter: retry}
 }
 
 // tooMany is the refusal that comes with ErrTooManyKeys: retry when the
@@ -235,11 +235,14 @@ func (l *Limiter) sweepTime() int64 {
 // configured limit instead.
 func (l *Limiter) retireIdle(e *entry, now int64) (bool, int64) {
 	b := e.b.Load()
-	if b == nil || b.p != l.p {
+	if b == nil || b.p != l.p.Load() {
 		return false, math.MaxInt64
 	}
 	return b.retireIfIdle(now)
 }
+
+// params returns the configured parameters (see sweeper).
+func (l *Limiter) params() *params { return l.p.Load() }
 
 func (l *Limiter) retire(e *entry) {
 	if b := e.b.Load(); b != nil {
@@ -285,25 +288,54 @@ func (l *Limiter) setLimit(key string, now, limit, burst int64) error {
 		return fmt.Errorf("SetLimit(%q): %w", key, err)
 	}
 	q := newParams(l.cfg.Algorithm, limit, l.cfg.Window, burst)
-	if *q == *l.p {
-		q = l.p // the configured limit: idle again once its state is
+	conf := l.p.Load()
+	if *q == *conf {
+		q = conf // the configured limit: idle again once its state is
 	}
 	h := hashKey(key)
 	for {
 		done := l.keys.withEntry(h, key, func(sh *shard, e *entry) {
 			nb := e.b.Load().resized(q, now)
 			e.b.Store(nb)
-			if q == l.p {
+			if q == conf {
 				sh.lowerIdleLocked(nb.idleAt(now)) // a faster refill idles sooner
 			}
 		})
 		if done {
 			return nil
 		}
-		if _, _, err := l.keys.insert(h, key, l.p, l); err != nil {
+		if _, _, err := l.keys.insert(h, key, l); err != nil {
 			return fmt.Errorf("local: SetLimit(%q): %w", key, err)
 		}
 	}
+}
+
+// Resize changes the configured limit and burst (window and algorithm
+// unchanged; a burst of 0 means the limit) while requests flow: every key
+// that has no limit of its own (SetLimit) moves to it keeping what it has
+// spent, as SetLimit moves one key, and keys made afterwards start under
+// it. Config goes on reporting the configuration New was given. It is
+// how a policy whose limit changes keeps its keys' counts.
+func (l *Limiter) Resize(limit, burst int64) error {
+	if burst == 0 {
+		burst = limit
+	}
+	if err := checkLimits(l.cfg.Algorithm, limit, l.cfg.Window, burst); err != nil {
+		return fmt.Errorf("local: Resize: %w", err)
+	}
+	q := newParams(l.cfg.Algorithm, limit, l.cfg.Window, burst)
+	old := l.p.Swap(q)
+	now := l.now()
+	// Keys made from here on read q under their shard's lock (insert);
+	// each shard's keys made before are resized under it.
+	l.keys.each(func(sh *shard, e *entry) {
+		if b := e.b.Load(); b != nil && b.p == old {
+			nb := b.resized(q, now)
+			e.b.Store(nb)
+			sh.lowerIdleLocked(nb.idleAt(now))
+		}
+	})
+	return nil
 }
 
 // Delete forgets key; its next request starts from a full bucket with the

@@ -97,7 +97,7 @@ func (l *Limiter) ReserveNAt(key string, t time.Time, n int, maxDelay time.Durat
 		created := false
 		if e == nil {
 			var err error
-			if e, created, err = l.keys.insert(h, key, l.p, l); err != nil {
+			if e, created, err = l.keys.insert(h, key, l); err != nil {
 				return Reservation{}, err
 			}
 		}
@@ -191,8 +191,8 @@ func (l *Limiter) waitReserve(ctx context.Context, key string, n int) error {
 		return err
 	}
 	if !r.OK() {
-		if int64(n) > l.p.burst {
-			return fmt.Errorf("local: WaitN(%q, %d): cost exceeds the burst of %d", key, n, l.p.burst)
+		if p := l.p.Load(); int64(n) > p.burst {
+			return fmt.Errorf("local: WaitN(%q, %d): cost exceeds the burst of %d", key, n, p.burst)
 		}
 		return fmt.Errorf("local: WaitN(%q, %d): would exceed the context deadline", key, n)
 	}
@@ -214,7 +214,7 @@ func (l *Limiter) waitReserve(ctx context.Context, key string, n int) error {
 // deadline would pass before the wait is over.
 func (l *Limiter) sleep(ctx context.Context, now time.Time, key string, n int, d time.Duration) error {
 	if d == Never {
-		return fmt.Errorf("local: WaitN(%q, %d): cost exceeds the limit of %d", key, n, l.p.limit)
+		return fmt.Errorf("local: WaitN(%q, %d): cost exceeds the limit of %d", key, n, l.p.Load().limit)
 	}
 	if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
 		return fmt.Errorf("local: WaitN(%q, %d): would exceed the context deadline", key, n)
