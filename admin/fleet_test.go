@@ -2,7 +2,6 @@ package admin_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -85,15 +84,10 @@ func loadFactorThroughTheAPI(t *testing.T, backend string) {
 	defer srv.Close()
 	before := nodes[0].Rules().Policies()[0]
 
-	deciders := make([]fleettest.Decider, len(nodes))
-	for i, r := range nodes {
-		deciders[i] = func() (bool, error) {
-			v, err := r.Allow(rules.Request{Tenant: "t"})
-			return v.Allowed(), err
-		}
-	}
-	const d = 7 * time.Second
-	run, ch := fleettest.DriveChange(t, deciders, 500, d, 1500*time.Millisecond, func() { // 2,000/s in all
+	ch := fleettest.DriveChange(t, len(nodes), func(i int) (bool, error) {
+		v, err := nodes[i].Allow(rules.Request{Tenant: "t"})
+		return v.Allowed(), err
+	}, 500, 7*time.Second, 1500*time.Millisecond, func() { // 2,000/s in all
 		req, err := http.NewRequest("PUT", srv.URL+"/admin/v1/load_factor", strings.NewReader(`{"load_factor": 0.5}`))
 		if !assert.NoError(t, err) {
 			return
@@ -103,19 +97,8 @@ func loadFactorThroughTheAPI(t *testing.T, backend string) {
 			resp.Body.Close()
 			assert.Equal(t, http.StatusOK, resp.StatusCode)
 		}
-	}, func(i int) bool { return hls[i].Stats().Policies[0].LoadFactor == 0.5 })
-	change := ch.At
-	require.NotZero(t, change)
-	var took []string
-	for i, at := range ch.InForce {
-		require.Positive(t, at, "node %d never applied the factor", i+1)
-		took = append(took, fmt.Sprint(at-change))
-		assert.Less(t, at-change, time.Second, "node %d", i+1)
-	}
-	ideal := run.IdealRunChanged(t, before, change, 500)
-	worst, idealWorst := run.MaxInWindowFrom(time.Second, change), ideal.MaxInWindowFrom(time.Second, change)
-	t.Logf("%s: a factor of 0.5 set through the API at %v was in force on the nodes after %v; busiest second after it %d (an ideal single limiter halved at once: %d)",
-		backend, change, took, worst, idealWorst)
+	}, func(i int) bool { return hls[i].Stats().Policies[0].LoadFactor == 0.5 }, before, 500)
+	worst, idealWorst := ch.Busiest, ch.Ideal
 	// The issue's target is 5% over half the limit: measured alone
 	// 511-527 (the fleet's usual few percent past an ideal single
 	// limiter in its busiest windows, docs/tuning.md). The bound is 10%,

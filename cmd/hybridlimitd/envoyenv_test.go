@@ -79,6 +79,8 @@ func TestEnvoyEnvironment(t *testing.T) {
 		{[]string{"REDIS_SOCKET_TYPE", "tcp", "RUNTIME_ROOT", "/data"}, "REDIS_URL is empty"},
 		{[]string{"GRPC_SERVER_USE_TLS", "true", "RUNTIME_ROOT", "/data"}, "GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY are needed"},
 		{[]string{"REDIS_TLS", "yes", "RUNTIME_ROOT", "/data"}, `REDIS_TLS "yes": not a boolean`},
+		{[]string{"LIMIT_RESPONSE_HEADERS_ENABLED", "true", "LIMIT_LIMIT_HEADER", "X-Limit\r\nSet-Cookie: a=b", "RUNTIME_ROOT", "/data"}, "not a header name"},
+		{[]string{"LIMIT_RESPONSE_HEADERS_ENABLED", "true", "LIMIT_RESET_HEADER", "x reset", "RUNTIME_ROOT", "/data"}, "not a header name"},
 	} {
 		_, err := parse(nil, envOf(tt.env...), io.Discard)
 		assert.ErrorContains(t, err, tt.want, "%v", tt.env)

@@ -26,6 +26,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // options are the command's flags.
@@ -134,6 +136,11 @@ func parse(args []string, env func(string) string, usage io.Writer) (*options, e
 		return nil, errors.New("--gossip-seeds needs --gossip-bind")
 	case o.shared && (o.redis == "" && o.gossipBind == "" || o.config == ""):
 		return nil, errors.New("--shared-rules needs a fleet (--redis or --gossip-bind) and --config (which seeds them)")
+	}
+	for i, flag := range []string{"limit-header", "remaining-header", "reset-header"} {
+		if !httpguts.ValidHeaderFieldName(o.headerNames[i]) { // it goes to Envoy, which adds it to responses
+			return nil, fmt.Errorf("--%s %q: not a header name", flag, o.headerNames[i])
+		}
 	}
 	return o, nil
 }
