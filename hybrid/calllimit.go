@@ -78,19 +78,17 @@ func (l *Limiter) allowLimit(key string, now, n int64, c callLimit) (Decision, e
 // askLimit asks the sync loop to move k to the limit in c at its next
 // round (rehome), after checking that it is one k's policy can hold.
 func (l *Limiter) askLimit(k *keyState, c callLimit) error {
-	limit, burst := c.limit, c.burst
-	want := callLimit{limit: limit, burst: burst}
-	if w, ok := l.wanted.Load(k.key); ok && w.(callLimit) == want && k.gen.Load() == 0 {
+	if w, ok := l.wanted.Load(k.key); ok && w.(callLimit) == c && k.gen.Load() == 0 {
 		return nil // asked already, and not yet moved
 	}
 	base := k.policy()
 	if base.call != nil {
 		base = base.call.base
 	}
-	if _, err := l.derive(l.policies(), base, limit, burst); err != nil {
+	if _, err := l.derive(l.policies(), base, c.limit, c.burst); err != nil {
 		return err
 	}
-	l.wanted.Store(k.key, want)
+	l.wanted.Store(k.key, c)
 	k.gen.Store(0) // resolved again at the next round, with the call's limit
 	return nil
 }
