@@ -52,3 +52,34 @@ func TestLongIntervalBursts(t *testing.T) {
 	// next is granted, and 2% for timing.
 	assert.LessOrEqual(t, len(r.Admitted), len(ideal.Admitted)*102/100+2*nodes, "admitted over the run")
 }
+
+// TestLongIntervalSteady drives a fleet of 4 over real Redis at twice the
+// limit with a sync interval twice the window. Keys at their limit then
+// sync every quarter window, and the forecast must read their rate from
+// those syncs: clamped to a quarter interval it read half of it, the
+// fleet spent the first window's burst late and its second window went
+// 49% over the ideal (simulator, 8 nodes; 71% skewed).
+func TestLongIntervalSteady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a fleet driven for 5 s over real Redis")
+	}
+	const (
+		nodes = 4
+		limit = 1000
+		run   = 5 * time.Second
+	)
+	policy := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second, Burst: limit}
+	srv := redistest.StartServer(t)
+	fleet := fleettest.Limiters(t, nodes, func(int) hybrid.Config {
+		return hybrid.Config{Policies: []hybrid.Policy{policy}, Syncer: redisSyncer(t, srv), Interval: 2 * time.Second, FleetSize: nodes}
+	})
+	due := func(_ int, now time.Duration) float64 { return 2 * limit / nodes * now.Seconds() }
+	r := fleettest.DriveLoad(t, fleet, "steady", due, run)
+	ideal := r.IdealRun(t, policy)
+	over, under := r.Versus(ideal, time.Second)
+	worst := r.WorstOver(ideal, time.Second)
+	t.Logf("admitted %d, ideal %d: overshoot %.2f%%, false rejection %.2f%% of the ideal, worst window %+d (%.1f%% of the limit)",
+		len(r.Admitted), len(ideal.Admitted), over, under, worst, 100*float64(worst)/limit)
+	assert.LessOrEqual(t, under, 5.0, "false rejection, % of the ideal")
+	assert.LessOrEqual(t, worst, limit/10, "the worst window beyond the ideal")
+}

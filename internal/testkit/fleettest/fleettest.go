@@ -327,6 +327,23 @@ func (r *Run) Versus(ideal *Run, w time.Duration) (overshoot, falseRejection flo
 	return 100 * float64(over) / total, 100 * float64(under) / total
 }
 
+// WorstOver is the most r admitted beyond ideal in any window of length
+// w from the run's start, as the simulator's worst window counts it.
+func (r *Run) WorstOver(ideal *Run, w time.Duration) int {
+	fleet, best := map[int64]int{}, map[int64]int{}
+	for _, at := range r.Admitted {
+		fleet[at/int64(w)]++
+	}
+	for _, at := range ideal.Admitted {
+		best[at/int64(w)]++
+	}
+	worst := 0
+	for win, f := range fleet {
+		worst = max(worst, f-best[win])
+	}
+	return worst
+}
+
 // MaxInWindowFrom is MaxInWindow over the windows that start at or after
 // from: the steady state, once a bucket's initial burst is spent.
 func (r *Run) MaxInWindowFrom(w, from time.Duration) int {
