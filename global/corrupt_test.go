@@ -168,6 +168,10 @@ func TestCorruptLeaseState(t *testing.T) {
 		state = append(state, corruption{"a string", func(ctx context.Context, c *redis.Client, key string) error {
 			return c.Set(ctx, global.RedisKeyForTest("hl:", key, "lease"), "x", time.Minute).Err()
 		}})
+		node := node
+		if alg == local.TokenBucket { // how long a lease stands (a key resting on a node): a token bucket's
+			node = slices.Concat(node, corruptions([]string{"t:n"}, false, hset("lease")), corruptions([]string{"t:other"}, false, other))
+		}
 		for i, bad := range slices.Concat(state, others, node, mark) {
 			key := fmt.Sprintf("lease-%v-%d", alg, i)
 			what := fmt.Sprintf("%v %s", alg, bad.name)

@@ -49,7 +49,8 @@ const leaseArgs = 11
 // leaseBatch is the lease of many keys, in one script call. KEYS, in
 // pairs, are each key's state hash and lease mark. ARGV starts with what
 // the keys share: node, interval_us, stale_us, equal ("1": equal shares,
-// else demand-weighted), then the fallback steps (see stepsOf); then
+// else demand-weighted), hold_us (fleet.Request.Hold), then the fallback
+// steps (see stepsOf); then
 // leaseArgs numbers per key: its algorithm (1 sliding window, else
 // token bucket), limit, window_us, burst, consumed, demand, ttl_ms,
 // series, total (see once), whether the fallback steps are the key's
@@ -69,8 +70,9 @@ const leaseArgs = 11
 // call answers OOM.
 var leaseBatch = redis.NewScript(storedNum + leaseCommon + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
 local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
-local steps, none = stepsOf(5), {}
-local at = 6 + #steps
+hold = tonumber(ARGV[5])
+local steps, none = stepsOf(6), {}
+local at = 7 + #steps
 -- Out of memory (maxmemory, noeviction), Redis refuses a script's
 -- writes only until its first: after one key's lease wrote (forgetting
 -- a node long gone, which Redis allows), every later key's would be
@@ -123,7 +125,7 @@ func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, 
 	interval := micros(req.Interval)
 	items := make([]leaseItem, 0, len(req.Keys))
 	for i, u := range req.Keys {
-		it, err := r.leaseItem(interval, u)
+		it, err := r.leaseItem(interval, micros(req.Hold), u)
 		if err != nil {
 			resp.Grants[i].Err = err
 			continue
@@ -131,7 +133,7 @@ func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, 
 		it.i = i
 		items = append(items, it)
 	}
-	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == fleet.Equal)}, fallbackArgs(req.Fallback)...)
+	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == fleet.Equal), micros(req.Hold)}, fallbackArgs(req.Fallback)...)
 	all := make([]int, len(items))
 	for i := range all {
 		all[i] = i
@@ -321,7 +323,7 @@ func batchCall(head []any, items []leaseItem, g []int) scriptCall {
 
 // leaseItem is u's part of a lease batch but for its index. Consumed
 // and Demand are counted up to MaxLimit, which the scripts keep exact.
-func (r *Redis) leaseItem(interval int64, u fleet.Usage) (leaseItem, error) {
+func (r *Redis) leaseItem(interval, hold int64, u fleet.Usage) (leaseItem, error) {
 	if err := u.Limit.Validate(); err != nil {
 		return leaseItem{}, fmt.Errorf("%w: key %q: %v", fleet.ErrInvalid, u.Key, err)
 	}
@@ -345,8 +347,9 @@ func (r *Redis) leaseItem(interval int64, u fleet.Usage) (leaseItem, error) {
 		steps = 0
 	}
 	window := micros(u.Limit.Window)
-	// The state outlives a full refill and a few intervals.
-	ttl := (2*window+10*interval)/1000 + 1
+	// The state outlives a full refill and a few intervals, and a lease
+	// a node rests on.
+	ttl := (2*window+10*interval+min(hold, 1000*interval))/1000 + 1
 	return leaseItem{base: base, args: [leaseArgs]any{alg, u.Limit.Limit, window, u.Limit.Capacity(),
 		min(u.Consumed, fleet.MaxLimit), min(u.Demand, fleet.MaxLimit), ttl, u.Series, u.Total, steps, equalArg(u.Paced)}}, nil
 }

@@ -17,6 +17,17 @@ package global
 // It follows storedNum.
 const leaseCommon = `
 local scanned = 0
+local hold = 0 -- the lease batch sets it: fleet.Request.Hold, µs
+
+-- restsUntil is until when (µs) node n's token-bucket lease stands, if
+-- it was granted for longer than two intervals (see leaseTokenBucket:
+-- a node rests a key well under its limit): 0 if not. Its TTL is held
+-- in t:<n>, in µs, and read as no more than 1,000 intervals.
+local function restsUntil(h, n, interval)
+  local t = stored(h['t:' .. n], 't:' .. n, 0)
+  if not t or t <= 2 * interval then return 0 end
+  return (stored(h['g:' .. n], 'g:' .. n, 0) or 0) + math.min(t, 1000 * interval)
+end
 
 local function readState(key)
   local all = redis.call('HGETALL', key)
@@ -49,7 +60,7 @@ local function writeState(h, key, now, ttl, f, node, series, upto)
   if renew then redis.call('PEXPIRE', key, 2 * ttl) end
 end
 
-local function nodes(h, key, node, now, stale, keep, demand, horizon)
+local function nodes(h, key, node, now, stale, keep, demand, horizon, interval)
   local total, count, out, silent = demand, 1, 0, {}
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
@@ -57,18 +68,24 @@ local function nodes(h, key, node, now, stale, keep, demand, horizon)
       if n ~= node then
         local seen = stored(v, f, 0)
         local age = now - seen
-        if age > keep then
-          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n)
-        elseif age <= stale then
+        -- A node resting the key (its lease granted for longer) is
+        -- active, and its lease live, until the lease lapses.
+        local rest = 0
+        if horizon then rest = restsUntil(h, n, interval) end
+        if age > keep and now > rest + stale then
+          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 't:' .. n)
+        elseif age <= stale or now <= rest then
           count = count + 1
           total = total + (stored(h['d:' .. n], 'd:' .. n, 0) or 0)
-          if horizon and (stored(h['g:' .. n], 'g:' .. n, 0) or 0) >= horizon then
+          if horizon and (now <= rest or (stored(h['g:' .. n], 'g:' .. n, 0) or 0) >= horizon) then
             out = out + (stored(h['l:' .. n], 'l:' .. n, 0) or 0)
           end
         else
           local d = stored(h['d:' .. n], 'd:' .. n, 0) or 0
           if d > 0 then
-            silent[#silent + 1] = {n = n, seen = seen, d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
+            -- A node that rested the key went quiet when its lease
+            -- lapsed, not at its last sync.
+            silent[#silent + 1] = {n = n, seen = math.max(seen, rest - 2 * interval), d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
           end
         end
       end
@@ -250,13 +267,14 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   -- beyond it is debt.
   local prev = stored(st[3], 'l:' .. node, 0) or 0
   local granted = stored(st[4], 'g:' .. node, 0) or 0
+  local live = now - granted <= 2 * interval or now <= restsUntil(h, node, interval)
   local carry = 0
   if behind then
     -- Nothing comes back: a live lease stays out beside the new one (the
     -- node may be spending it), settled with it.
-    if now - granted <= 2 * interval then carry = prev end
+    if live then carry = prev end
   elseif consumed < prev then
-    if now - granted <= 2 * interval then
+    if live then
       tokens = math.min(burst, tokens + (prev - consumed))
     end
   else
@@ -279,22 +297,34 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   local horizon = now - 2 * interval
   local grace = steps[#steps - 1] or 0
   local keep = math.max(stale + math.min(window, 100 * interval), grace + 2 * interval)
-  local total, count, out, silent = nodes(h, key, node, now, stale, keep, demand, horizon)
+  local total, count, out, silent = nodes(h, key, node, now, stale, keep, demand, horizon, interval)
   tokens = math.min(tokens, burst - out)
   tokens = tokens - reserve(key, silent, total, count, equal, rate, interval, now, steps)
   local weight = share(demand, total, count, equal)
   local lease = grantFrom(tokens, demand, weight, burst, count, most)
   tokens = clampN(tokens - lease)
 
+  -- A key well under its limit may rest on the node for as long as the
+  -- node asked (fleet.Request.Hold): its lease stands that long, and the
+  -- node is counted active until it lapses. Only while three quarters
+  -- of the burst stay in the bucket after the grant, so that leases
+  -- granted so together hold at most a quarter of it: a node that
+  -- rests a key does not hear the others take it up.
+  local ttlLease = 2 * interval
+  if hold > ttlLease and lease > 0 and most > 0 and tokens >= burst * 3 / 4 then
+    ttlLease = math.min(hold, 1000 * interval)
+  end
+
   if settled then redis.call('HDEL', key, 'p:' .. node) end
   writeState(h, key, now, ttl, {'tokens', tokens, 'ts', now, 'b', burst,
-    'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now}, node, series, upto)
+    'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now,
+    't:' .. node, ttlLease}, node, series, upto)
 
   local reset = 0
   if tokens < burst then reset = math.min(huge, math.ceil((burst - tokens) / rate)) end
   local remaining = math.floor(tokens)
   if remaining < 0 then remaining = 0 end
-  return {lease, 2 * interval, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now, 0, 0, 0, 0}
+  return {lease, ttlLease, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now, 0, 0, 0, 0}
 end
 
 local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, steps, limit, window, burst, consumed, demand, ttl, rseries, rtotal, paced)
@@ -329,7 +359,7 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   local avail = limit - est
   if avail < 0 then avail = 0 end
 
-  local total, count = nodes(h, key, node, now, stale, stale + math.min(window, 100 * interval), demand, nil)
+  local total, count = nodes(h, key, node, now, stale, stale + math.min(window, 100 * interval), demand, nil, interval)
   local weight = share(demand, total, count, equal)
   local most = slackOf(limit, window, interval)
   local lease = grantFrom(avail, demand, weight, limit, count, most)

@@ -167,3 +167,24 @@ func TestRestartedNodeNotForgiven(t *testing.T) {
 	require.Less(t, refill, int64(100), "the two calls took too long to tell a charge from a refill")
 	assert.GreaterOrEqual(t, after.Used, before.Used+100-refill, "a restarted node's 100 spent: used %d -> %d (refill up to %d)", before.Used, after.Used, refill)
 }
+
+// TestHoldValidated: a Request's Hold is from 0 to 1,000 Intervals; a
+// Redis refuses any other before it runs a script, so that no node can
+// make a lease stand for as long as it likes.
+func TestHoldValidated(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		hold time.Duration
+		ok   bool
+	}{
+		{0, true}, {10 * time.Second, true}, {1000 * time.Second, true},
+		{-time.Nanosecond, false}, {1000*time.Second + time.Millisecond, false}, {time.Duration(math.MaxInt64), false},
+	} {
+		r := &fleet.Request{Node: "n", Interval: time.Second, Hold: c.hold}
+		if c.ok {
+			assert.NoError(t, r.Validate(), "%v", c.hold)
+		} else {
+			assert.ErrorIs(t, r.Validate(), fleet.ErrInvalid, "%v", c.hold)
+		}
+	}
+}

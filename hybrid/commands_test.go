@@ -21,8 +21,11 @@ import (
 // a decision; a script call carries up to 48 keys now: 0.021 and 6.06,
 // 4.06 once a key's own fields came from its HGETALL and its report's
 // series went in its one HSET, and 3.06 with its expiry renewed only
-// when less than its TTL is left. (The commands inside the scripts are
-// still run for every key, every sync.) Counts, not times: the rounds
+// when less than its TTL is left. The keys are far from their limit
+// (1,000,000 a second), so they now rest (rest.go): their leases stand
+// for the node's IdleTimeout, and a round syncs only the resting key
+// synced longest ago: 0.0011 script calls and 0.007 commands a
+// decision (issue 21's target: 0.05). Counts, not times: the rounds
 // are driven here (ManualSync), so a loaded machine changes nothing but
 // how long the test takes.
 func TestCommandsPerDecision(t *testing.T) {
@@ -69,7 +72,7 @@ func TestCommandsPerDecision(t *testing.T) {
 	scripts := float64(cmds["evalsha"]+cmds["eval"]) / decisions
 	t.Logf("per decision: %.4f script calls, %.3f commands (%v)", scripts, float64(total)/decisions, cmds)
 	assert.LessOrEqual(t, scripts, 0.05, "script calls per decision")
-	assert.LessOrEqual(t, float64(total)/decisions, 3.1, "commands per decision (inside scripts too)")
+	assert.LessOrEqual(t, float64(total)/decisions, 0.05, "commands per decision (inside scripts too)")
 }
 
 // TestCommandsPerStrictDecision counts what Redis runs for a Strict

@@ -49,7 +49,10 @@ type mark struct {
 // SyncOnce reports every active Hybrid key's consumption to the fleet and
 // installs the leases it grants, in calls to the Syncer (and to the
 // Failover, if set) sized to take at most about half of SyncTimeout
-// each. The background loop calls it every Interval; with
+// each; keys that rest (far from their limit, on a lease granted for
+// up to the IdleTimeout that covers their traffic) are left for a later
+// round, but for the one synced longest ago when no other key needs the
+// round. The background loop calls it every Interval; with
 // Config.ManualSync the caller does. A round starts no call after one
 // Interval: keys it did not reach keep their leases and go first in the
 // next round (a node with more keys than a round carries syncs each less
@@ -75,7 +78,7 @@ func (l *Limiter) syncOnce(ctx context.Context) (err error) {
 	l.lateRound(now)
 	l.sched.next.Store(now + int64(l.cfg.Interval))
 	l.shardHot(ctx, now)
-	batch := l.collect(now)
+	batch := l.restless(l.collect(now), now)
 	keys = len(batch)
 	if tr := l.cfg.Tracer; tr != nil && (keys > 0 || len(l.syncs.owed) > 0) { // an idle round calls no fleet: no span
 		var end func(error)
@@ -317,7 +320,7 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	k.lease, k.expires = whole, now+int64(g.TTL)
 	k.share -= float64(whole)
 	k.nodes = g.Nodes
-	k.weightBits.Store(math.Float64bits(g.Weight))
+	l.noteWeight(k, g)
 	k.hasGrant.Store(true)
 	for h := l.nodesHint.Load(); int64(g.Nodes) > h && !l.nodesHint.CompareAndSwap(h, int64(g.Nodes)); h = l.nodesHint.Load() {
 	}

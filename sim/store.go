@@ -51,6 +51,16 @@ type nodeLease struct {
 	series   uint64
 	total    float64 // the most Total has been in series
 	reserved float64 // charged for it while silent (token bucket)
+	ttl      int64   // how long its lease stands, µs (token bucket)
+}
+
+// restsUntil is the scripts' restsUntil: until when o's token-bucket
+// lease stands, if granted for longer than two intervals; 0 if not.
+func (o *nodeLease) restsUntil(interval int64) int64 {
+	if o.ttl <= 2*interval {
+		return 0
+	}
+	return o.granted + min(o.ttl, 1000*interval)
 }
 
 // spentBy is the scripts' spentBy: what a node cut off for e µs may
@@ -102,7 +112,8 @@ func (s *store) apply(o *op, now int64) {
 			continue
 		}
 		st := s.keys[u.Key]
-		ttl := 2*u.Limit.Window.Microseconds() + 10*interval
+		hold := o.req.Hold.Microseconds()
+		ttl := 2*u.Limit.Window.Microseconds() + 10*interval + min(hold, 1000*interval)
 		if st == nil || now > st.until { // expired
 			st = &lease{nodes: map[string]*nodeLease{}, tokens: math.NaN()}
 			s.keys[u.Key] = st
@@ -110,13 +121,13 @@ func (s *store) apply(o *op, now int64) {
 		if st.until-now < ttl { // PEXPIRE
 			st.until = now + 2*ttl
 		}
-		resp.Grants[i] = st.sync(o.req.Node, u, interval, now, o.req.Shares == fleet.Equal, o.req.Fallback)
+		resp.Grants[i] = st.sync(o.req.Node, u, interval, hold, now, o.req.Shares == fleet.Equal, o.req.Fallback)
 	}
 	o.resp = resp
 }
 
 // sync is the lease scripts' arithmetic for one key.
-func (st *lease) sync(node string, u *fleet.Usage, interval, now int64, equal bool, fallback []partition.Step) fleet.Grant {
+func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, equal bool, fallback []partition.Step) fleet.Grant {
 	lim := u.Limit
 	window := float64(lim.Window.Microseconds())
 	burst := float64(lim.Burst)
@@ -167,11 +178,15 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, now int64, equal bo
 		if n == node {
 			continue
 		}
-		if now-o.seen > keep {
+		rest := int64(0)
+		if tb {
+			rest = o.restsUntil(interval) // resting the key: active, its lease live, until it lapses
+		}
+		if now-o.seen > keep && now > rest+stale {
 			delete(st.nodes, n)
 			continue
 		}
-		if now-o.seen > stale {
+		if now-o.seen > stale && now > rest {
 			if tb && o.demand > 0 {
 				silent = append(silent, o) // kept to settle its lease and reserved, no longer active
 			}
@@ -179,7 +194,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, now int64, equal bo
 		}
 		count++
 		total += o.demand
-		if o.granted >= now-2*interval {
+		if now <= rest || o.granted >= now-2*interval {
 			out += o.lease // live (token bucket; granted is a time there), at any interval
 		}
 	}
@@ -216,12 +231,13 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, now int64, equal bo
 			me.reserved = 0
 		}
 		carry := 0.0
+		live := now-me.granted <= 2*interval || now <= me.restsUntil(interval)
 		if behind {
-			if now-me.granted <= 2*interval {
+			if live {
 				carry = prev // a live lease stays out beside the new one
 			}
 		} else if consumed < prev {
-			if now-me.granted <= 2*interval {
+			if live {
 				st.tokens = min(burst, st.tokens+(prev-consumed))
 			}
 		} else {
@@ -237,7 +253,8 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, now int64, equal bo
 			if equal {
 				w = 1 / float64(count+len(silent))
 			}
-			if want := rate * w * spentBy(now-o.seen-interval, fallback); want > o.reserved {
+			seen := max(o.seen, o.restsUntil(interval)-2*interval) // quiet since its lease lapsed
+			if want := rate * w * spentBy(now-seen-interval, fallback); want > o.reserved {
 				st.tokens -= want - o.reserved
 				o.reserved = want
 			}
@@ -245,7 +262,11 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, now int64, equal bo
 		l := grantFrom(st.tokens, burst)
 		st.tokens -= l
 		st.ts = now
-		me.lease, me.granted = l+carry, now
+		me.lease, me.granted, me.ttl = l+carry, now, 2*interval
+		if hold > 2*interval && l > 0 && slack > 0 && st.tokens >= burst*3/4 {
+			me.ttl = min(hold, 1000*interval) // the key rests on the node (see leaseTokenBucket)
+		}
+		g.TTL = time.Duration(me.ttl) * time.Microsecond
 		g.Lease, g.Used = int64(l), int64(math.Ceil(burst-st.tokens))
 		g.Remaining = max(0, int64(math.Floor(st.tokens)))
 		if st.tokens < burst {

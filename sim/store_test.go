@@ -201,3 +201,49 @@ func TestStoreMatchesRedisPaced(t *testing.T) {
 		time.Sleep(s.sleep)
 	}
 }
+
+// TestStoreMatchesRedisRest is TestStoreMatchesRedis for leases granted
+// for the node's Hold (fleet.Request.Hold): a key well under its limit
+// rests on a node, which is counted active, its lease live, until the
+// lease lapses, though it is silent for longer than the stale horizon;
+// a grant that leaves less than three quarters of the burst stands two
+// intervals.
+func TestStoreMatchesRedisRest(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	client := srv.DeadlineClient(t)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
+	require.NoError(t, err)
+	const interval, hold = 10 * time.Millisecond, 300 * time.Millisecond
+	lim := fleet.Limit{Limit: 1000, Window: 24 * time.Hour}
+	st := &store{keys: map[string]*lease{}}
+	steps := []struct {
+		node  string
+		u     fleet.Usage
+		sleep time.Duration // after the step
+		ttl   time.Duration
+		nodes int
+	}{
+		{"a", fleet.Usage{Demand: 100}, 0, hold, 1},
+		{"b", fleet.Usage{Demand: 100}, 100 * time.Millisecond, hold, 2},
+		{"c", fleet.Usage{Demand: 100}, 0, 2 * interval, 3},               // a and b rest: active, their leases out; the bucket left below 3/4
+		{"a", fleet.Usage{Consumed: 60, Demand: 100}, 0, 2 * interval, 3}, // a's resting lease is live: 40 back
+		{"d", fleet.Usage{Demand: 10}, 400 * time.Millisecond, 2 * interval, 4},
+		{"c", fleet.Usage{Consumed: 100, Demand: 10}, 0, 2 * interval, 1}, // every other lease lapsed: c alone (what they left unspent is not given back)
+	}
+	for i, s := range steps {
+		s.u.Key, s.u.Limit = "rest", lim
+		req := fleet.Request{Node: s.node, Interval: interval, Hold: hold, Keys: []fleet.Usage{s.u}}
+		w, g, gap := syncBoth(t, r, client, st, req)
+		what := fmt.Sprintf("step %d (%s %+v, call took %v)", i, s.node, s.u, gap)
+		t.Logf("%s: redis lease %d used %d ttl %v nodes %d; sim lease %d used %d ttl %v nodes %d", what, w.Lease, w.Used, w.TTL, w.Nodes, g.Lease, g.Used, g.TTL, g.Nodes)
+		assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
+		assert.Equal(t, w.Used, g.Used, "used: %s", what)
+		assert.Equal(t, w.Remaining, g.Remaining, "remaining: %s", what)
+		assert.Equal(t, w.TTL, g.TTL, "ttl: %s", what)
+		assert.Equal(t, s.ttl, w.TTL, "ttl: %s", what)
+		assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
+		assert.Equal(t, s.nodes, w.Nodes, "nodes: %s", what)
+		time.Sleep(s.sleep)
+	}
+}
