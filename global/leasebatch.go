@@ -70,7 +70,7 @@ const leaseArgs = 11
 // call answers OOM.
 var leaseBatch = redis.NewScript(storedNum + leaseCommon + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
 local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
-hold = tonumber(ARGV[5])
+local holds = tonumber(ARGV[5])
 local steps, none = stepsOf(6), {}
 local at = 7 + #steps
 -- Out of memory (maxmemory, noeviction), Redis refuses a script's
@@ -87,7 +87,8 @@ for i = 1, #KEYS / 2 do
   if (i - 1) * ` + strconv.Itoa(keyWork) + ` + scanned >= ` + strconv.Itoa(batchWork) + ` then break end
   local lease, st = leaseTokenBucket, steps
   if ARGV[at] == '1' then lease = leaseSlidingWindow end
-  if ARGV[at + 9] == '0' then st = none end
+  hold = holds
+  if ARGV[at + 9] == '0' then st, hold = none, 0 end -- a shard: never rests
   local ok, r = pcall(lease, KEYS[2 * i - 1], KEYS[2 * i], now, node, interval, stale, equal, st,
     tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]),
     tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]), tonumber(ARGV[at + 7]), tonumber(ARGV[at + 8]),
@@ -348,7 +349,10 @@ func (r *Redis) leaseItem(interval, hold int64, u fleet.Usage) (leaseItem, error
 	}
 	window := micros(u.Limit.Window)
 	// The state outlives a full refill and a few intervals, and a lease
-	// a node rests on.
+	// a node rests on (a token bucket's, on the key itself).
+	if alg != 0 || u.Shard != (fleet.Shard{}) {
+		hold = 0
+	}
 	ttl := (2*window+10*interval+min(hold, 1000*interval))/1000 + 1
 	return leaseItem{base: base, args: [leaseArgs]any{alg, u.Limit.Limit, window, u.Limit.Capacity(),
 		min(u.Consumed, fleet.MaxLimit), min(u.Demand, fleet.MaxLimit), ttl, u.Series, u.Total, steps, equalArg(u.Paced)}}, nil

@@ -20,12 +20,12 @@ local scanned = 0
 local hold = 0 -- the lease batch sets it: fleet.Request.Hold, µs
 
 -- restsUntil is until when (µs) node n's token-bucket lease stands, if
--- it was granted for longer than two intervals (see leaseTokenBucket:
--- a node rests a key well under its limit): 0 if not. Its TTL is held
--- in t:<n>, in µs, and read as no more than 1,000 intervals.
+-- it was granted to rest on (see leaseTokenBucket): 0 if not. Its TTL
+-- is held in t:<n>, in µs (0 for a lease of two intervals), and read as
+-- no more than 1,000 intervals.
 local function restsUntil(h, n, interval)
   local t = stored(h['t:' .. n], 't:' .. n, 0)
-  if not t or t <= 2 * interval then return 0 end
+  if not t or t <= 0 then return 0 end
   return (stored(h['g:' .. n], 'g:' .. n, 0) or 0) + math.min(t, 1000 * interval)
 end
 
@@ -69,10 +69,12 @@ local function nodes(h, key, node, now, stale, keep, demand, horizon, interval)
         local seen = stored(v, f, 0)
         local age = now - seen
         -- A node resting the key (its lease granted for longer) is
-        -- active, and its lease live, until the lease lapses.
+        -- active, and its lease live, until the lease lapses, and quiet
+        -- from then on, not from its last sync.
         local rest = 0
-        if horizon then rest = restsUntil(h, n, interval) end
-        if age > keep and now > rest + stale then
+        if interval > 0 then rest = restsUntil(h, n, interval) end
+        local quiet = math.max(seen, rest - 2 * interval)
+        if now - quiet > keep then
           redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 't:' .. n)
         elseif age <= stale or now <= rest then
           count = count + 1
@@ -83,9 +85,7 @@ local function nodes(h, key, node, now, stale, keep, demand, horizon, interval)
         else
           local d = stored(h['d:' .. n], 'd:' .. n, 0) or 0
           if d > 0 then
-            -- A node that rested the key went quiet when its lease
-            -- lapsed, not at its last sync.
-            silent[#silent + 1] = {n = n, seen = math.max(seen, rest - 2 * interval), d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
+            silent[#silent + 1] = {n = n, seen = quiet, d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
           end
         end
       end
@@ -267,7 +267,11 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   -- beyond it is debt.
   local prev = stored(st[3], 'l:' .. node, 0) or 0
   local granted = stored(st[4], 'g:' .. node, 0) or 0
-  local live = now - granted <= 2 * interval or now <= restsUntil(h, node, interval)
+  -- A lease to rest on stands until it lapses, but not for a restarted
+  -- process (a report of another series): what the old one spent of it
+  -- is not in the report, so none of it comes back.
+  local restarted = series and k and k ~= series
+  local live = now - granted <= 2 * interval or (not restarted and now <= restsUntil(h, node, interval))
   local carry = 0
   if behind then
     -- Nothing comes back: a live lease stays out beside the new one (the
@@ -310,15 +314,19 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   -- of the burst stay in the bucket after the grant, so that leases
   -- granted so together hold at most a quarter of it: a node that
   -- rests a key does not hear the others take it up.
-  local ttlLease = 2 * interval
-  if hold > ttlLease and lease > 0 and most > 0 and tokens >= burst * 3 / 4 then
-    ttlLease = math.min(hold, 1000 * interval)
+  local rest = 0
+  if hold > 2 * interval and lease > 0 and most > 0 and tokens >= burst * 3 / 4 then
+    rest = math.min(hold, 1000 * interval)
   end
+  -- A resting lease carried beside the new one (a late report) stays
+  -- counted as long as it stands.
+  if carry > 0 then rest = math.max(rest, restsUntil(h, node, interval) - now) end
+  local ttlLease = math.max(2 * interval, rest)
 
   if settled then redis.call('HDEL', key, 'p:' .. node) end
   writeState(h, key, now, ttl, {'tokens', tokens, 'ts', now, 'b', burst,
     'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now,
-    't:' .. node, ttlLease}, node, series, upto)
+    't:' .. node, rest}, node, series, upto)
 
   local reset = 0
   if tokens < burst then reset = math.min(huge, math.ceil((burst - tokens) / rate)) end

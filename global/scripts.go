@@ -416,7 +416,7 @@ return {used}
 var chargeLease = redis.NewScript(storedNum + leaseCommon + leaseNow + `
 local stale = tonumber(ARGV[7])
 if stale > 0 then
-  nodes(readState(KEYS[1]), KEYS[1], '', now, stale, stale, 0, nil, 0) -- forgets them at once
+  nodes(readState(KEYS[1]), KEYS[1], '', now, stale, stale, 0, nil, stale / 3) -- forgets them at once (but those resting on a lease)
 end
 local cap = burst
 if sw then cap = limit end

@@ -135,3 +135,18 @@ func cutResponse(keys int, err error) *fleet.Response {
 	}
 	return resp
 }
+
+// unreached handles a sync that reached no fleet: decisions past the
+// lease follow the FailMode, scaled by the ladder, and a lease that has
+// lapsed is not spent.
+func (l *Limiter) unreached(now int64, batch []*keyState) {
+	l.cutOff(now, 0, false)
+	l.degraded.Store(true)
+	for _, k := range batch {
+		k.early.Store(false)
+		if k.hasGrant.Load() && now > k.expires {
+			k.zero()
+		}
+		l.forgetCutOff(k, now)
+	}
+}

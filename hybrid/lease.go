@@ -86,7 +86,7 @@ type keyState struct {
 	lshards    *leaseShards // Hybrid: the Redis shards its leases come from; nil if none
 	handover   handover     // Hybrid: how the next report to the key itself, after a merge, differs
 	keyLease   int64        // Hybrid: the last lease the key itself (not a shard, not Failover) granted, with its paced part (counted in full)
-	keyLeaseAt int64        // when it was granted
+	keyLeaseTo int64        // when it lapses: granted, plus its TTL or two intervals, whichever is longer
 	syncs      int64        // Hybrid: syncs with demand, for the fleet's sync load
 	syncsSeen  int64        // syncs at loadAt
 	loadAt     int64        // when the sync load was last estimated

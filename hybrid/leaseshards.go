@@ -108,10 +108,10 @@ func (l *Limiter) newLeaseShards(k *keyState, n int, until int64) *leaseShards {
 	per, _ := splitLimit(k.policy().limit, n)
 	home := int((xxh3.HashString(l.cfg.Node) ^ xxh3.HashString(k.key)) % uint64(n))
 	counted := int64(0)
-	if l.now()-k.keyLeaseAt <= 2*int64(l.cfg.Interval) {
+	if l.now() <= k.keyLeaseTo {
 		// The key's last lease to this node still counts in its state
-		// (a lease lasts two intervals); an older one has refilled, or
-		// lapsed.
+		// (a lease lasts two intervals, or the node's Hold for a key
+		// that rests); an older one has refilled, or lapsed.
 		counted = k.keyLease
 	}
 	if k.handover.pending {

@@ -169,7 +169,7 @@ func (l *Limiter) applyLeases(batch []*keyState, out *fleet.Response, req *fleet
 			}
 			out.Grants[t.j] = g
 			if g.Err == nil {
-				k.handover, k.keyLease, k.keyLeaseAt = handover{}, g.Lease+g.Paced, sent
+				k.handover, k.keyLease, k.keyLeaseTo = handover{}, g.Lease+g.Paced, sent+max(int64(g.TTL), 2*int64(l.cfg.Interval))
 			}
 		case homeShard:
 			out.Grants[t.j] = ls.fold(g)

@@ -157,7 +157,10 @@ func (f *link) errOpen() error {
 func (l *Limiter) request(f *link) *fleet.Request {
 	req := &f.req
 	req.Node, req.Interval, req.Shares, req.Fallback = l.cfg.Node, l.cfg.Interval, l.cfg.Shares, l.fallback
-	req.Hold = min(l.cfg.IdleTimeout, 1000*l.cfg.Interval) // see rests
+	req.Hold = l.cfg.IdleTimeout // see rests
+	if l.cfg.Interval < math.MaxInt64/1000 {
+		req.Hold = min(req.Hold, 1000*l.cfg.Interval)
+	}
 	req.Keys = req.Keys[:0]
 	return req
 }

@@ -230,3 +230,57 @@ func TestKeyCutOffAlone(t *testing.T) {
 	assert.Equal(t, partition.Healthy, h.Level)
 	assert.Zero(t, h.FailingKeys, "the key is answered again")
 }
+
+// TestMasterDownWhileKeysRest kills one master of a 3-master Redis
+// Cluster while the keys on the live masters rest (far from their
+// limit, on leases that stand for the IdleTimeout: rest.go): a round
+// must not be made of the dead master's keys alone, or, none of them
+// answered, the whole round counts as an outage of the fleet, and every
+// node goes Degraded, its breaker open, its live keys with it. Each
+// node stays Healthy, counts the dead master's key failing, and admits
+// every request of the live keys.
+func TestMasterDownWhileKeysRest(t *testing.T) {
+	c := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
+	p := hybrid.Policy{Name: "api", Limit: 1000, Window: time.Second}
+	fl := fleettest.Limiters(t, 2, func(int) hybrid.Config {
+		return hybrid.Config{Policies: []hybrid.Policy{p}, Syncer: clusterSyncer(t, c), Interval: 50 * time.Millisecond}
+	})
+	dead := c.Masters[2]
+	var live []string
+	lost := ""
+	for i := 0; len(live) < 4 || lost == ""; i++ {
+		key := fmt.Sprintf("cold-%d", i)
+		switch m := c.MasterFor(redisPrefix + "{" + key + "}:lease"); {
+		case m == dead && lost == "":
+			lost = key
+		case m != dead && len(live) < 4:
+			live = append(live, key)
+		}
+	}
+	// A few requests a key every 100 ms: far from the limit.
+	tick := func() {
+		for _, l := range fl {
+			for _, k := range append(live, lost) {
+				d, err := l.Allow(k)
+				require.NoError(t, err)
+				if k != lost {
+					assert.True(t, d.Allowed(), "live key %s", k)
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for range 10 {
+		tick()
+	}
+	dead.Kill()
+	for range 30 {
+		tick()
+	}
+	for i, l := range fl {
+		h := l.Health()
+		t.Logf("node %d: %+v; %+v", i+1, h, l.Stats().Rounds)
+		assert.Equal(t, partition.Healthy, fleettest.Link(h), "node %d", i+1)
+		assert.Equal(t, 1, h.FailingKeys, "node %d: the dead master's key", i+1)
+	}
+}

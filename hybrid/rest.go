@@ -1,36 +1,44 @@
 package hybrid
 
-import (
-	"math"
-
-	"github.com/hybridlimit/hybridlimit/fleet"
-)
+import "context"
 
 // Keys that rest: a key far from its limit whose lease covers its
 // traffic skips the regular rounds, so that the fleet's work follows the
 // keys that need it, not every key every interval.
 
-// restAfter is the lease TTL, in intervals, past which a grant lets a
-// key rest: the Redis store grants two intervals, or the node's Hold.
-const restAfter = 2
+// restSyncs is how many syncs a key has had before it may rest: its
+// first grants come while the fleet's other nodes are still joining it,
+// and weigh this node as if it were alone (cut off, a node falls back
+// on its last weight: a Cluster master killed under a fleet of 3 whose
+// keys rested on their first grants admitted 172 a second on half
+// shares of 200, where 100 was due).
+const restSyncs = 3
 
 // restless keeps the keys of batch that this regular round must sync;
 // the others rest (see rests). Sync loop only.
 //
-// A round that would sync no key still syncs the resting key synced
-// longest ago, so that a fleet gone away shows in Health within an
-// interval, and resting keys take turns to be heard.
+// Each round still syncs the resting key synced longest ago, so that a
+// fleet gone away shows in Health within an interval, resting keys take
+// turns to be heard, and a round is never made of keys cut off alone
+// (a Cluster master down): with none of them answered, the whole round
+// would count as an outage of the fleet. While the last round reached
+// no fleet, no key rests. The result is kept apart from batch, which
+// syncOnce syncs whole when the result reached no fleet.
 func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
-	out := batch[:0]
+	if l.degraded.Load() {
+		return batch // the last round reached no fleet: every key, as before resting
+	}
+	out := l.syncs.awake[:0]
+	defer func() { l.syncs.awake = out[:0] }()
 	var oldest *keyState
 	for _, k := range batch {
 		if !l.rests(k, now) {
 			out = append(out, k)
-		} else if oldest == nil || k.lastSync < oldest.lastSync {
-			oldest = k
+		} else if oldest == nil || k.lastSync < oldest.lastSync || k.lastSync == oldest.lastSync && k.key < oldest.key {
+			oldest = k // ties by key: the table's order is random, and the simulator must repeat
 		}
 	}
-	if len(out) == 0 && oldest != nil {
+	if oldest != nil {
 		out = append(out, oldest)
 	}
 	return out
@@ -46,18 +54,20 @@ func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
 // its low-water mark (below it, k asks for an early sync as any key
 // does), the fleet had half the key's capacity left at the last grant,
 // nothing was refused since the last sync, and k is not about to
-// go idle (an idle key syncs to hand its lease back). Keys split into
+// go idle (an idle key syncs to hand its lease back), after its first
+// restSyncs syncs. Keys split into
 // stripes or lease shards, paced, or handing over from shards, sync
 // every round. Sync loop only.
 func (l *Limiter) rests(k *keyState, now int64) bool {
 	iv := int64(l.cfg.Interval)
-	if !k.hasGrant.Load() || k.expires-now <= 2*iv+iv/5+l.syncs.rtt || k.failing.Load() || k.leaving ||
+	margin := 2*iv + iv/5 + l.syncs.rtt + l.syncs.pace.lag // the round after next, however late the loop runs
+	if !k.hasGrant.Load() || k.syncs < restSyncs || k.expires-now <= margin || k.failing.Load() || k.leaving ||
 		k.lshards != nil || k.stripes.Load() != nil || k.policy().paced || k.handover.pending ||
 		k.refused.Load() != k.refusedSeen || now-k.activeAt > l.idleAfter()-3*iv ||
 		k.fleetRemaining.Load() < k.policy().capacity/2 {
 		return false
 	}
-	need := ceil(k.rate * float64(2*iv+iv/5+l.syncs.rtt) / 1e9 * headroom)
+	need := ceil(k.rate * float64(margin) / 1e9 * headroom)
 	if allowanceOf(k.word.Load()) < k.low.Load()+need {
 		return false
 	}
@@ -68,18 +78,15 @@ func (l *Limiter) rests(k *keyState, now int64) bool {
 	return true
 }
 
-// noteWeight keeps g's weight for k's fail-static share (see share). A
-// lease to rest on says the key is far from its limit, and its weight,
-// from whoever was active when it was granted, says little of k's
-// traffic by the time the fleet may be lost: cut off, k then takes an
-// equal part of the fleet the node knows. (Kept, a node that was alone
-// on the key at its grant took the whole limit on the ladder: a Cluster
-// master killed under a fleet of 3, its keys admitted 172 a second on
-// half shares of 200, where 100 was due; TestMasterDownOnCluster.)
-func (l *Limiter) noteWeight(k *keyState, g *fleet.Grant) {
-	if g.TTL > restAfter*l.cfg.Interval {
-		k.weightBits.Store(0)
-		return
+// syncAwake syncs batch, the keys of all that do not rest. If that
+// reached no fleet, the keys may be only those whose part of the fleet
+// is down (a Cluster master): the round is made whole at once, as a
+// round without resting keys, which tells a part down from the fleet
+// gone. It returns how many keys were synced. Sync loop only.
+func (l *Limiter) syncAwake(ctx context.Context, now int64, all, batch []*keyState) (int, error) {
+	err := l.syncRound(ctx, now, batch, regular, l.cfg.Interval)
+	if len(batch) < len(all) && l.degraded.Load() {
+		return len(all), l.syncRound(ctx, l.now(), all, regular, l.cfg.Interval)
 	}
-	k.weightBits.Store(math.Float64bits(g.Weight))
+	return len(batch), err
 }

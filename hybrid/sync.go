@@ -16,7 +16,8 @@ import (
 type syncState struct {
 	rng       *rand.Rand
 	batch     []*keyState
-	need      []keyNeed // a long round's keys, by need: see byNeed
+	awake     []*keyState // the batch's keys that do not rest: see restless
+	need      []keyNeed   // a long round's keys, by need: see byNeed
 	marks     []mark
 	lastSweep int64
 	lastRoom  int64
@@ -78,7 +79,8 @@ func (l *Limiter) syncOnce(ctx context.Context) (err error) {
 	l.lateRound(now)
 	l.sched.next.Store(now + int64(l.cfg.Interval))
 	l.shardHot(ctx, now)
-	batch := l.restless(l.collect(now), now)
+	all := l.collect(now)
+	batch := l.restless(all, now)
 	keys = len(batch)
 	if tr := l.cfg.Tracer; tr != nil && (keys > 0 || len(l.syncs.owed) > 0) { // an idle round calls no fleet: no span
 		var end func(error)
@@ -86,7 +88,7 @@ func (l *Limiter) syncOnce(ctx context.Context) (err error) {
 		defer func() { endSpan(end, err) }()
 	}
 	l.tendLeaseShards(ctx, now, batch)
-	err = l.syncRound(ctx, now, batch, regular, l.cfg.Interval)
+	keys, err = l.syncAwake(ctx, now, all, batch)
 	l.publishRefused(now)
 	l.chargeStrict(ctx, l.now(), l.syncs.owed, l.syncs.probe, len(batch) > 0)
 	l.countFleet(ctx, l.now(), len(batch) > 0)
@@ -320,7 +322,7 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	k.lease, k.expires = whole, now+int64(g.TTL)
 	k.share -= float64(whole)
 	k.nodes = g.Nodes
-	l.noteWeight(k, g)
+	k.weightBits.Store(math.Float64bits(g.Weight))
 	k.hasGrant.Store(true)
 	for h := l.nodesHint.Load(); int64(g.Nodes) > h && !l.nodesHint.CompareAndSwap(h, int64(g.Nodes)); h = l.nodesHint.Load() {
 	}
@@ -333,21 +335,6 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 		l.forget(k)
 	} else if k.leaving && !closing {
 		l.askEarly(k) // to report what it spent since, and go
-	}
-}
-
-// unreached handles a sync that reached no fleet: decisions past the
-// lease follow the FailMode, scaled by the ladder, and a lease that has
-// lapsed is not spent.
-func (l *Limiter) unreached(now int64, batch []*keyState) {
-	l.cutOff(now, 0, false)
-	l.degraded.Store(true)
-	for _, k := range batch {
-		k.early.Store(false)
-		if k.hasGrant.Load() && now > k.expires {
-			k.zero()
-		}
-		l.forgetCutOff(k, now)
 	}
 }
 

@@ -51,13 +51,13 @@ type nodeLease struct {
 	series   uint64
 	total    float64 // the most Total has been in series
 	reserved float64 // charged for it while silent (token bucket)
-	ttl      int64   // how long its lease stands, µs (token bucket)
+	ttl      int64   // how long its lease stands if granted to rest on, µs (token bucket); 0 if not
 }
 
 // restsUntil is the scripts' restsUntil: until when o's token-bucket
 // lease stands, if granted for longer than two intervals; 0 if not.
 func (o *nodeLease) restsUntil(interval int64) int64 {
-	if o.ttl <= 2*interval {
+	if o.ttl <= 0 {
 		return 0
 	}
 	return o.granted + min(o.ttl, 1000*interval)
@@ -182,7 +182,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		if tb {
 			rest = o.restsUntil(interval) // resting the key: active, its lease live, until it lapses
 		}
-		if now-o.seen > keep && now > rest+stale {
+		if now-max(o.seen, rest-2*interval) > keep { // quiet since the lapse
 			delete(st.nodes, n)
 			continue
 		}
@@ -231,7 +231,8 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			me.reserved = 0
 		}
 		carry := 0.0
-		live := now-me.granted <= 2*interval || now <= me.restsUntil(interval)
+		restUntil := me.restsUntil(interval)
+		live := now-me.granted <= 2*interval || (!restarted && now <= restUntil) // a restarted process's resting lease gives nothing back
 		if behind {
 			if live {
 				carry = prev // a live lease stays out beside the new one
@@ -262,11 +263,14 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		l := grantFrom(st.tokens, burst)
 		st.tokens -= l
 		st.ts = now
-		me.lease, me.granted, me.ttl = l+carry, now, 2*interval
+		me.lease, me.granted, me.ttl = l+carry, now, 0
 		if hold > 2*interval && l > 0 && slack > 0 && st.tokens >= burst*3/4 {
 			me.ttl = min(hold, 1000*interval) // the key rests on the node (see leaseTokenBucket)
 		}
-		g.TTL = time.Duration(me.ttl) * time.Microsecond
+		if carry > 0 {
+			me.ttl = max(me.ttl, restUntil-now) // a resting lease carried stays counted while it stands
+		}
+		g.TTL = time.Duration(max(2*interval, me.ttl)) * time.Microsecond
 		g.Lease, g.Used = int64(l), int64(math.Ceil(burst-st.tokens))
 		g.Remaining = max(0, int64(math.Floor(st.tokens)))
 		if st.tokens < burst {
