@@ -267,10 +267,12 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   -- beyond it is debt.
   local prev = stored(st[3], 'l:' .. node, 0) or 0
   local granted = stored(st[4], 'g:' .. node, 0) or 0
-  -- A lease to rest on stands until it lapses, but not for a restarted
-  -- process (a report of another series): what the old one spent of it
-  -- is not in the report, so none of it comes back.
-  local restarted = series and k and k ~= series
+  -- A lease to rest on stands until it lapses, but only for reports of
+  -- the series it was granted in: a restarted process (another series)
+  -- or a report counted as it is (none: a handover after lease shards,
+  -- which were charged for the lease already) does not hold what was
+  -- spent of it, so none of it comes back.
+  local restarted = k and k ~= series
   local live = now - granted <= 2 * interval or (not restarted and now <= restsUntil(h, node, interval))
   local carry = 0
   if behind then

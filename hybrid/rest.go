@@ -1,7 +1,5 @@
 package hybrid
 
-import "context"
-
 // Keys that rest: a key far from its limit whose lease covers its
 // traffic skips the regular rounds, so that the fleet's work follows the
 // keys that need it, not every key every interval.
@@ -18,27 +16,37 @@ const restSyncs = 3
 // the others rest (see rests). Sync loop only.
 //
 // Each round still syncs the resting key synced longest ago, so that a
-// fleet gone away shows in Health within an interval, resting keys take
-// turns to be heard, and a round is never made of keys cut off alone
-// (a Cluster master down): with none of them answered, the whole round
-// would count as an outage of the fleet. While the last round reached
-// no fleet, no key rests. The result is kept apart from batch, which
-// syncOnce syncs whole when the result reached no fleet.
+// fleet gone away shows in Health within an interval and resting keys
+// take turns to be heard. While the last round reached no fleet, no key
+// rests, and while a key is cut off alone (a Cluster master down) every
+// resting key is synced with it: a round made of such keys alone, none
+// answered, counts as an outage of the fleet. (A resting key's sync that
+// finds its part down alone, its early sync or its turn, still does so
+// for one round: the next, every key synced, tells the part from the
+// whole.)
 func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
 	if l.degraded.Load() {
 		return batch // the last round reached no fleet: every key, as before resting
 	}
-	out := l.syncs.awake[:0]
-	defer func() { l.syncs.awake = out[:0] }()
+	out, resting := l.syncs.awake[:0], l.syncs.resting[:0]
+	defer func() { l.syncs.awake, l.syncs.resting = out[:0], resting[:0] }()
+	cut := false
 	var oldest *keyState
 	for _, k := range batch {
 		if !l.rests(k, now) {
 			out = append(out, k)
-		} else if oldest == nil || k.lastSync < oldest.lastSync || k.lastSync == oldest.lastSync && k.key < oldest.key {
+			cut = cut || k.failing.Load()
+			continue
+		}
+		resting = append(resting, k)
+		if oldest == nil || k.lastSync < oldest.lastSync || k.lastSync == oldest.lastSync && k.key < oldest.key {
 			oldest = k // ties by key: the table's order is random, and the simulator must repeat
 		}
 	}
-	if oldest != nil {
+	switch {
+	case cut:
+		out = append(out, resting...) // a part of the fleet is down: see above
+	case oldest != nil:
 		out = append(out, oldest)
 	}
 	return out
@@ -52,7 +60,8 @@ func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
 // k rests while that lease stands past the round after next with a
 // round trip to spare, covers what k's forecast spends until then above
 // its low-water mark (below it, k asks for an early sync as any key
-// does), the fleet had half the key's capacity left at the last grant,
+// does), the fleet had three quarters of the key's capacity left at the
+// last grant (as Redis requires; not so for a lease carried),
 // nothing was refused since the last sync, and k is not about to
 // go idle (an idle key syncs to hand its lease back), after its first
 // restSyncs syncs. Keys split into
@@ -64,7 +73,7 @@ func (l *Limiter) rests(k *keyState, now int64) bool {
 	if !k.hasGrant.Load() || k.syncs < restSyncs || k.expires-now <= margin || k.failing.Load() || k.leaving ||
 		k.lshards != nil || k.stripes.Load() != nil || k.policy().paced || k.handover.pending ||
 		k.refused.Load() != k.refusedSeen || now-k.activeAt > l.idleAfter()-3*iv ||
-		k.fleetRemaining.Load() < k.policy().capacity/2 {
+		k.fleetRemaining.Load() < k.policy().capacity*3/4 {
 		return false
 	}
 	need := ceil(k.rate * float64(margin) / 1e9 * headroom)
@@ -76,17 +85,4 @@ func (l *Limiter) rests(k *keyState, now int64) bool {
 	l.forecast(k, now, m)
 	k.roll(now, m.s0)
 	return true
-}
-
-// syncAwake syncs batch, the keys of all that do not rest. If that
-// reached no fleet, the keys may be only those whose part of the fleet
-// is down (a Cluster master): the round is made whole at once, as a
-// round without resting keys, which tells a part down from the fleet
-// gone. It returns how many keys were synced. Sync loop only.
-func (l *Limiter) syncAwake(ctx context.Context, now int64, all, batch []*keyState) (int, error) {
-	err := l.syncRound(ctx, now, batch, regular, l.cfg.Interval)
-	if len(batch) < len(all) && l.degraded.Load() {
-		return len(all), l.syncRound(ctx, l.now(), all, regular, l.cfg.Interval)
-	}
-	return len(batch), err
 }

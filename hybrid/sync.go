@@ -17,6 +17,7 @@ type syncState struct {
 	rng       *rand.Rand
 	batch     []*keyState
 	awake     []*keyState // the batch's keys that do not rest: see restless
+	resting   []*keyState // and those that do
 	need      []keyNeed   // a long round's keys, by need: see byNeed
 	marks     []mark
 	lastSweep int64
@@ -79,8 +80,7 @@ func (l *Limiter) syncOnce(ctx context.Context) (err error) {
 	l.lateRound(now)
 	l.sched.next.Store(now + int64(l.cfg.Interval))
 	l.shardHot(ctx, now)
-	all := l.collect(now)
-	batch := l.restless(all, now)
+	batch := l.restless(l.collect(now), now)
 	keys = len(batch)
 	if tr := l.cfg.Tracer; tr != nil && (keys > 0 || len(l.syncs.owed) > 0) { // an idle round calls no fleet: no span
 		var end func(error)
@@ -88,7 +88,7 @@ func (l *Limiter) syncOnce(ctx context.Context) (err error) {
 		defer func() { endSpan(end, err) }()
 	}
 	l.tendLeaseShards(ctx, now, batch)
-	keys, err = l.syncAwake(ctx, now, all, batch)
+	err = l.syncRound(ctx, now, batch, regular, l.cfg.Interval)
 	l.publishRefused(now)
 	l.chargeStrict(ctx, l.now(), l.syncs.owed, l.syncs.probe, len(batch) > 0)
 	l.countFleet(ctx, l.now(), len(batch) > 0)

@@ -113,6 +113,9 @@ func (s *store) apply(o *op, now int64) {
 		}
 		st := s.keys[u.Key]
 		hold := o.req.Hold.Microseconds()
+		if u.Limit.Algorithm != local.TokenBucket {
+			hold = 0 // only a token bucket's key rests (see leaseItem)
+		}
 		ttl := 2*u.Limit.Window.Microseconds() + 10*interval + min(hold, 1000*interval)
 		if st == nil || now > st.until { // expired
 			st = &lease{nodes: map[string]*nodeLease{}, tokens: math.NaN()}
@@ -146,6 +149,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	// series gives nothing back.
 	behind := false
 	restarted := u.Series != 0 && me.series != 0 && me.series != u.Series // a new process: nothing it reports was spent while silent
+	otherSeries := me.series != 0 && me.series != u.Series                // a resting lease gives nothing back to another series, or none
 	if u.Series != 0 {
 		total := float64(u.Total)
 		if me.series == u.Series {
@@ -232,7 +236,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		}
 		carry := 0.0
 		restUntil := me.restsUntil(interval)
-		live := now-me.granted <= 2*interval || (!restarted && now <= restUntil) // a restarted process's resting lease gives nothing back
+		live := now-me.granted <= 2*interval || (!otherSeries && now <= restUntil)
 		if behind {
 			if live {
 				carry = prev // a live lease stays out beside the new one
