@@ -72,16 +72,18 @@ func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
 func (l *Limiter) rests(k *keyState, now int64) bool {
 	iv := int64(l.cfg.Interval)
 	margin := 2*iv + iv/5 + l.syncs.rtt + l.syncs.pace.lag // the round after next, however late the loop runs
+	if !k.hasGrant.Load() || k.syncs < restSyncs || k.expires-now <= margin || k.failing.Load() || k.leaving ||
+		k.lshards != nil || k.stripes.Load() != nil || k.policy().paced || k.handover.pending ||
+		k.refused.Load() != k.refusedSeen || now-k.activeAt > l.idleAfter()-3*iv ||
+		k.fleetRemaining.Load() < k.policy().capacity*3/4 {
+		return false
+	}
 	// Keys that came together (a node's start) rest on leases that
 	// lapse together: each wakes up to a quarter of its lease early, by
 	// its key's hash, so that one round does not carry them all
 	// (TestRestingKeysWakeApart: 454 of 500 keys in one round before,
 	// 99 with a tenth).
-	early := (k.expires - k.lastSync) / 400 * int64(xxh3.HashString(k.key)%100)
-	if !k.hasGrant.Load() || k.syncs < restSyncs || k.expires-now <= margin+early || k.failing.Load() || k.leaving ||
-		k.lshards != nil || k.stripes.Load() != nil || k.policy().paced || k.handover.pending ||
-		k.refused.Load() != k.refusedSeen || now-k.activeAt > l.idleAfter()-3*iv ||
-		k.fleetRemaining.Load() < k.policy().capacity*3/4 {
+	if k.expires-now <= margin+(k.expires-k.lastSync)/400*int64(xxh3.HashString(k.key)%100) {
 		return false
 	}
 	need := ceil(k.rate * float64(margin) / 1e9 * headroom)

@@ -29,10 +29,7 @@ import (
 // between the two calls change nothing.
 func TestStoreMatchesRedis(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
-	client := srv.DeadlineClient(t)
-	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
-	require.NoError(t, err)
+	r, client := realStore(t)
 	type step struct {
 		node                    string
 		consumed, demand, total int64
@@ -87,6 +84,16 @@ func TestStoreMatchesRedis(t *testing.T) {
 	}
 }
 
+// realStore is global's lease store on a real Redis of its own, and
+// the client it uses, for the tests that hold the simulator's store to it.
+func realStore(t *testing.T) (*global.Redis, *redis.Client) {
+	t.Helper()
+	client := redistest.StartServer(t).DeadlineClient(t)
+	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
+	require.NoError(t, err)
+	return r, client
+}
+
 // syncBoth sends req to Redis through r, then to st at Redis's time
 // after the call, and returns the two grants for its one key, neither an
 // error, and how long the call took by Redis's clock: the script ran at
@@ -120,10 +127,7 @@ func syncBoth(t *testing.T, r *global.Redis, client *redis.Client, st *store, re
 // step's call under 0.5 ms).
 func TestStoreMatchesRedisReserve(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
-	client := srv.DeadlineClient(t)
-	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
-	require.NoError(t, err)
+	r, client := realStore(t)
 	lim := fleet.Limit{Limit: 1000, Window: time.Second}
 	fallback := []partition.Step{{Until: 200 * time.Millisecond, Factor: 1}, {Factor: 0.5}}
 	st := &store{keys: map[string]*lease{}}
@@ -162,10 +166,7 @@ func TestStoreMatchesRedisReserve(t *testing.T) {
 // paced part and its span agree within what the call's time frees.
 func TestStoreMatchesRedisPaced(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
-	client := srv.DeadlineClient(t)
-	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
-	require.NoError(t, err)
+	r, client := realStore(t)
 	lim := fleet.Limit{Algorithm: local.SlidingWindow, Limit: 1000, Window: time.Second}
 	// Start 100 ms into a window, so that the next is a known time away.
 	now, err := client.Time(context.Background()).Result()
@@ -212,10 +213,7 @@ func TestStoreMatchesRedisPaced(t *testing.T) {
 // from when their lease lapsed.
 func TestStoreMatchesRedisRest(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
-	client := srv.DeadlineClient(t)
-	r, err := global.NewRedis(context.Background(), global.RedisConfig{Client: client, Timeout: time.Second})
-	require.NoError(t, err)
+	r, client := realStore(t)
 	const interval, hold = 10 * time.Millisecond, 300 * time.Millisecond
 	lim := fleet.Limit{Limit: 1000, Window: 24 * time.Hour}
 	fallback := []partition.Step{{Until: 200 * time.Millisecond, Factor: 1}, {Factor: 0.5}}
