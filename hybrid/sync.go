@@ -53,8 +53,9 @@ type mark struct {
 // Failover, if set) sized to take at most about half of SyncTimeout
 // each; keys that rest (far from their limit, on a lease granted for
 // up to the IdleTimeout that covers their traffic) are left for a later
-// round, but for the one synced longest ago when no other key needs the
-// round. The background loop calls it every Interval; with
+// round, but for the one synced longest ago, and for all of them while
+// a key is cut off alone (see restless). The background loop calls it
+// every Interval; with
 // Config.ManualSync the caller does. A round starts no call after one
 // Interval: keys it did not reach keep their leases and go first in the
 // next round (a node with more keys than a round carries syncs each less
