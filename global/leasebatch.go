@@ -28,10 +28,12 @@ import (
 // work (see batchWork). See docs/redis.md for the measurements.
 var batchKeys = 48
 
-// A key's lease costs Redis some 12-20 µs, and 0.6-0.75 µs more for each
-// field of its state hash, six for each node recorded on the key
-// (BenchmarkLeaseNodes: 24 µs at 1 node, 53 µs at 11, 350-380 µs at 101,
-// 4.5 ms at 1,001). So a lease batch counts its work in fields read,
+// A key's lease costs Redis some 12-20 µs, and when it scans the key's
+// nodes (once an interval, see fleetOf) 0.6-0.75 µs more for each field
+// of its state hash, six to eight for each node recorded on the key (a
+// scan at every lease, before the aggregate: 24 µs at 1 node, 53 µs at
+// 11, 350-380 µs at 101, 4.5 ms at 1,001). So a lease batch counts its
+// work in fields scanned,
 // keyWork for each key beside its hash's fields, and starts no key once
 // it has done batchWork: batchKeys keys of up to three nodes each fit
 // (about 1 ms at one node), and a call of heavier keys stops after
@@ -68,7 +70,7 @@ const leaseArgs = 11
 // nodes long gone, deleted as they are read; what a failed key's lease
 // wrote before its error stays.) Out of memory it runs no key: the whole
 // call answers OOM.
-var leaseBatch = redis.NewScript(storedNum + leaseCommon + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
+var leaseBatch = redis.NewScript(storedNum + leaseCommon + leaseNodes + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
 local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local holds = tonumber(ARGV[5])
 local steps, none = stepsOf(6), {}
@@ -376,7 +378,11 @@ func fallbackArgs(steps []partition.Step) []any {
 // staleAfter is how long, in microseconds, a node that syncs every
 // interval microseconds may go unheard before it stops counting as
 // active and its lease is forgotten: three intervals.
-func staleAfter(interval int64) int64 { return 3 * interval }
+func staleAfter(interval int64) int64 { return staleIntervals * interval }
+
+// staleIntervals is how many intervals a node may go unheard on a key
+// before it stops counting as active there (see leaseCommon).
+const staleIntervals = 3
 
 func equalArg(equal bool) string {
 	if equal {

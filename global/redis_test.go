@@ -388,7 +388,7 @@ func TestRedisKilled(t *testing.T) {
 }
 
 // TestMemoryPerKey reports what Redis holds per limit: MEMORY USAGE of a
-// lease hash with four nodes, and of each strict key.
+// lease hash with one node and with four, and of each strict key.
 func TestMemoryPerKey(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
@@ -399,6 +399,9 @@ func TestMemoryPerKey(t *testing.T) {
 	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
 		lim.Algorithm = alg
 		key := "mem-" + alg.String()
+		_, err := r.Sync(ctx, &fleet.Request{Node: "alone", Interval: time.Second,
+			Keys: []fleet.Usage{{Key: key + "-alone", Limit: lim, Demand: 10}}})
+		require.NoError(t, err)
 		for n := range 4 {
 			_, err := r.Sync(ctx, &fleet.Request{Node: fmt.Sprint("node-", n), Interval: time.Second,
 				Keys: []fleet.Usage{{Key: key, Limit: lim, Demand: 10}}})
@@ -407,10 +410,10 @@ func TestMemoryPerKey(t *testing.T) {
 		// 500 tokens keep the strict token bucket's key alive for 30 s;
 		// one would let it expire after 60 ms, before it is measured on
 		// a loaded machine.
-		_, err := r.Allow(ctx, key, lim, 500)
+		_, err = r.Allow(ctx, key, lim, 500)
 		require.NoError(t, err)
 	}
-	for _, k := range []string{"hl:{mem-gcra}:lease", "hl:{mem-slidingwindow}:lease", "hl:{mem-gcra}:gcra", "hl:{mem-slidingwindow}:sw"} { // keys named by local.Algorithm.String
+	for _, k := range []string{"hl:{mem-gcra-alone}:lease", "hl:{mem-slidingwindow-alone}:lease", "hl:{mem-gcra}:lease", "hl:{mem-slidingwindow}:lease", "hl:{mem-gcra}:gcra", "hl:{mem-slidingwindow}:sw"} { // keys named by local.Algorithm.String
 		n, err := c.MemoryUsage(ctx, k).Result()
 		require.NoError(t, err, k)
 		t.Logf("MEMORY USAGE %s = %d bytes", k, n)

@@ -30,6 +30,12 @@ import (
 //	s:<node>          when the node last synced
 //	k:<node>, c:<node> the node's report series and the most its Total
 //	                  has been in it (see fleet.Usage.Series)
+//	p:<node>          token bucket: what was reserved for it while silent
+//	t:<node>          token bucket: how long its lease stands, if granted
+//	                  to rest on (µs; see leaseTokenBucket)
+//	x                 when the hash expires (µs; see writeState)
+//	aT, aI, aD, aN, aO the nodes' aggregate, on a key of more than one
+//	                  node (see leaseNodes)
 //
 // A node not seen for stale microseconds stops counting as active; its
 // fields are deleted a while later (see leaseCommon), and its lease, if
@@ -413,10 +419,11 @@ return {used}
 // forgotten first (0: none), sooner than the lease scripts forget them,
 // so that a node that comes back reports against no lease: the charge
 // counts their leases as spent. Returns {1}.
-var chargeLease = redis.NewScript(storedNum + leaseCommon + leaseNow + `
+var chargeLease = redis.NewScript(storedNum + leaseCommon + leaseNodes + leaseNow + `
 local stale = tonumber(ARGV[7])
 if stale > 0 then
-  nodes(readState(KEYS[1]), KEYS[1], '', now, stale, stale, 0, nil, stale / 3) -- forgets them at once (but those resting on a lease)
+  scan(readState(KEYS[1]), KEYS[1], '', now, stale, stale, false, stale / 3) -- forgets them at once (but those resting on a lease)
+  redis.call('HDEL', KEYS[1], 'aT') -- the next lease counts the nodes afresh (see fleetOf)
 end
 local cap = burst
 if sw then cap = limit end

@@ -41,6 +41,28 @@ type lease struct {
 	prev   float64
 	nodes  map[string]*nodeLease
 	until  int64 // when the hash expires, µs: at least ttl past each sync, set to twice ttl when less is left (writeState)
+	agg    aggregate
+}
+
+// aggregate is the scripts' aggregate of the nodes on a key (see
+// fleetOf in global): the nodes as a scan found them at t, by interval
+// iv and stale horizon st, with each lease since in place of its node's
+// last.
+type aggregate struct {
+	ok        bool // written: a lease before it scans
+	t, iv, st int64
+	demand    float64
+	nodes     int
+	out       float64 // live leases (token bucket)
+}
+
+// counted is the scripts' counted: whether o was active at t by
+// interval iv and stale horizon st, and (tb) its lease live then.
+func (o *nodeLease) counted(t, st, iv int64, tb bool) (active, live bool) {
+	rest := o.restsUntil(iv)
+	active = t-o.seen <= st || t <= rest
+	live = tb && active && (t <= rest || o.granted >= t-2*iv)
+	return active, live
 }
 
 type nodeLease struct {
@@ -176,32 +198,46 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		}
 		keep = max(keep, grace.Microseconds()+2*interval)
 	}
-	total, count, out := demand, 1, 0.0
+	// The other nodes, from the aggregate, or a scan once it is an
+	// interval old (the scripts' fleetOf).
 	var silent []*nodeLease
-	for n, o := range st.nodes {
-		if n == node {
-			continue
-		}
-		rest := int64(0)
-		if tb {
-			rest = o.restsUntil(interval) // resting the key: active, its lease live, until it lapses
-		}
-		if now-max(o.seen, rest-2*interval) > keep { // quiet since the lapse
-			delete(st.nodes, n)
-			continue
-		}
-		if now-o.seen > stale && now > rest {
-			if tb && o.demand > 0 {
-				silent = append(silent, o) // kept to settle its lease and reserved, no longer active
+	a := &st.agg
+	alone := false // no other node recorded, and no aggregate kept: none written
+	if !a.ok || now-a.t >= interval || now < a.t {
+		alone = !a.ok && (len(st.nodes) == 1)
+		*a = aggregate{ok: true, t: now, iv: interval, st: stale}
+		for n, o := range st.nodes {
+			if n == node || o.seen == 0 {
+				continue
 			}
-			continue
+			rest := o.restsUntil(interval)               // resting the key: active, its lease live, until it lapses
+			if now-max(o.seen, rest-2*interval) > keep { // quiet since the lapse
+				delete(st.nodes, n)
+				continue
+			}
+			active, live := o.counted(now, stale, interval, tb)
+			if !active {
+				if tb && o.demand > 0 {
+					silent = append(silent, o) // kept to settle its lease and reserved, no longer active
+				}
+				continue
+			}
+			a.nodes++
+			a.demand += o.demand
+			if live {
+				a.out += o.lease
+			}
 		}
-		count++
-		total += o.demand
-		if now <= rest || o.granted >= now-2*interval {
-			out += o.lease // live (token bucket; granted is a time there), at any interval
+	} else if !fresh {
+		active, live := me.counted(a.t, a.st, a.iv, tb)
+		if active {
+			a.demand, a.nodes = max(0, a.demand-me.demand), max(0, a.nodes-1)
+		}
+		if live {
+			a.out = max(0, a.out-me.lease)
 		}
 	}
+	total, count, out := demand+a.demand, a.nodes+1, a.out
 	weight := 1 / float64(count)
 	if !equal && total > 0 {
 		weight = demand / total
@@ -258,8 +294,8 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			if equal {
 				w = 1 / float64(count+len(silent))
 			}
-			seen := max(o.seen, o.restsUntil(interval)-2*interval) // quiet since its lease lapsed
-			if want := rate * w * spentBy(now-seen-interval, fallback); want > o.reserved {
+			seen := max(o.seen, o.restsUntil(interval)-2*interval)                 // quiet since its lease lapsed
+			if want := rate * w * spentBy(now-seen, fallback); want > o.reserved { // until the next scan, an interval on
 				st.tokens -= want - o.reserved
 				o.reserved = want
 			}
@@ -338,5 +374,10 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		}
 	}
 	me.demand, me.seen = demand, now
+	a.demand, a.nodes = a.demand+demand, a.nodes+1 // this lease in place of its node's last
+	if tb {
+		a.out += me.lease
+	}
+	a.ok = !alone
 	return g
 }

@@ -1,0 +1,146 @@
+package global_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// TestLeaseReadsNodesOnceAnInterval: 100 nodes share a key, each
+// syncing it once an interval. A lease reads every node recorded on the
+// key only once an interval has passed since the last did (an HGETALL);
+// the others read their own fields and the aggregate. Each of the 100
+// leases read all 100 nodes before (HGETALL 100 times a round), so that
+// a key on 1,000 nodes cost Redis 2-3 ms a lease.
+func TestLeaseReadsNodesOnceAnInterval(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	const nodes = 100
+	lim := fleet.Limit{Limit: 1_000_000, Window: time.Hour}
+	round := func() {
+		for n := range nodes {
+			_, err := r.Sync(ctx, &fleet.Request{Node: fmt.Sprint("node-", n), Interval: time.Second,
+				Keys: []fleet.Usage{{Key: "shared", Limit: lim, Demand: 10, Consumed: 1}}})
+			require.NoError(t, err)
+		}
+	}
+	round()
+	time.Sleep(time.Second) // the aggregate is an interval old
+	s.ResetStats(t)
+	start := time.Now()
+	round()
+	if time.Since(start) > 900*time.Millisecond {
+		t.Skip("the round outlasted the interval: more than one lease may scan")
+	}
+	scans := s.Commands(t)["hgetall"]
+	assert.Equal(t, int64(1), scans, "leases that read every node in a round of %d", nodes)
+}
+
+// TestAggregateMatchesScan sends the same leases to two keys, in the
+// same calls (so at the same Redis time): one keeps its aggregate, whose
+// time is deleted only now and then (a lease then scans every node); the
+// other's is deleted before every call, so every lease scans. Within an
+// interval, in which no node turns stale and no lease lapses, the two
+// must grant the same: the aggregate, kept lease by lease, is what a
+// scan finds. Nodes come and go, report in series and out of them,
+// hand back, and rest (a Hold), by both algorithms.
+func TestAggregateMatchesScan(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := s.Client(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
+		lim := fleet.Limit{Algorithm: alg, Limit: 100_000, Window: 24 * time.Hour}
+		kept, scanned := "kept-"+alg.String(), "scanned-"+alg.String()
+		rng := rand.New(rand.NewPCG(1, uint64(alg)))
+		totals := map[string]int64{}
+		for step := range 400 {
+			node := fmt.Sprint("node-", rng.IntN(30))
+			u := fleet.Usage{Limit: lim, Demand: rng.Int64N(3000), Consumed: rng.Int64N(200)}
+			if rng.IntN(4) > 0 { // in a series, sometimes sent again or late
+				totals[node] += u.Consumed
+				u.Series, u.Total = 7, totals[node]-rng.Int64N(2)*u.Consumed
+			}
+			req := &fleet.Request{Node: node, Interval: 10 * time.Second, Hold: time.Duration(rng.IntN(2)) * time.Minute,
+				Keys: []fleet.Usage{u, u}}
+			req.Keys[0].Key, req.Keys[1].Key = kept, scanned
+			require.NoError(t, c.HDel(ctx, global.RedisKeyForTest("hl:", scanned, "lease"), "aT").Err())
+			if rng.IntN(10) == 0 {
+				require.NoError(t, c.HDel(ctx, global.RedisKeyForTest("hl:", kept, "lease"), "aT").Err())
+			}
+			resp, err := r.Sync(ctx, req)
+			require.NoError(t, err)
+			k, sc := resp.Grants[0], resp.Grants[1]
+			require.NoError(t, k.Err)
+			require.NoError(t, sc.Err)
+			what := fmt.Sprintf("%v step %d: %+v", alg, step, u)
+			require.Equal(t, sc.Nodes, k.Nodes, "nodes: %s", what)
+			require.InDelta(t, sc.Weight, k.Weight, 1e-6, "weight: %s", what)
+			require.Equal(t, sc.Lease, k.Lease, "lease: %s", what)
+			require.Equal(t, sc.Used, k.Used, "used: %s", what)
+			require.Equal(t, sc.Remaining, k.Remaining, "remaining: %s", what)
+			require.Equal(t, sc.TTL, k.TTL, "ttl: %s", what)
+		}
+	}
+}
+
+// TestCorruptAggregate: the aggregate is derived from the nodes' fields,
+// so a value in it that no lease writes (not a number, not finite,
+// negative, not whole, a time ahead of Redis's, live leases beyond the
+// burst) is
+// scanned again rather than trusted or failed on: the lease grants what
+// a scan grants, and writes a sound aggregate back.
+func TestCorruptAggregate(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := s.Client(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	lim := fleet.Limit{Limit: 1000, Window: time.Hour}
+	sync := func(node string, keys ...string) *fleet.Response {
+		t.Helper()
+		req := &fleet.Request{Node: node, Interval: 10 * time.Second}
+		for _, k := range keys {
+			req.Keys = append(req.Keys, fleet.Usage{Key: k, Limit: lim, Demand: 400})
+		}
+		resp, err := r.Sync(ctx, req)
+		require.NoError(t, err)
+		return resp
+	}
+	// 1e17: beyond any time, interval (1,000 of the caller's), count,
+	// demand (2^53 a node) or live leases (the burst) a lease writes.
+	bad := []string{"nan", "inf", "-inf", "1e400", "-1", "abc", "", "2.5", "1e300", "1e17"}
+	for _, field := range []string{"aT", "aI", "aD", "aN", "aO"} {
+		for i, v := range bad {
+			key, twin := fmt.Sprint("corrupt-", field, i), fmt.Sprint("twin-", field, i)
+			for _, n := range []string{"a", "b", "c"} {
+				sync(n, key, twin)
+			}
+			h := global.RedisKeyForTest("hl:", key, "lease")
+			require.NoError(t, c.HSet(ctx, h, field, v).Err())
+			require.NoError(t, c.HDel(ctx, global.RedisKeyForTest("hl:", twin, "lease"), "aT").Err())
+			resp := sync("d", key, twin)
+			got, want := resp.Grants[0], resp.Grants[1]
+			require.NoError(t, got.Err, "%s = %q", field, v)
+			assert.Equal(t, want.Nodes, got.Nodes, "%s = %q", field, v)
+			assert.Equal(t, want.Lease, got.Lease, "%s = %q", field, v)
+			assert.Equal(t, want.Used, got.Used, "%s = %q", field, v)
+			after, err := c.HGet(ctx, h, field).Result()
+			require.NoError(t, err)
+			assert.NotEqual(t, v, after, "%s = %q stays", field, v)
+		}
+	}
+}

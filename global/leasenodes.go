@@ -1,0 +1,119 @@
+package global
+
+// leaseNodes is what a lease knows of the other nodes on its key: their
+// count, demand and live leases, from the key's aggregate (fleetOf),
+// which a lease an interval rebuilds by reading every node (scan). See
+// docs/redis.md, "A key on many nodes". It follows leaseCommon.
+const leaseNodes = `
+-- counted is whether node n, as h holds its fields, was active at T by
+-- interval iv and stale horizon st, and (token bucket, tb) whether its
+-- lease was live then: the scan's rule (see scan), which a lease that
+-- does not scan applies to its own node's last fields to take them out
+-- of the aggregate.
+local function counted(h, n, T, st, iv, tb)
+  local seen = stored(h['s:' .. n], 's:' .. n, 0)
+  if not seen then return false, false end
+  local rest = restsUntil(h, n, iv)
+  local active = T - seen <= st or T <= rest
+  local live = tb and active and (T <= rest or (stored(h['g:' .. n], 'g:' .. n, 0) or 0) >= T - 2 * iv)
+  return active, live
+end
+
+-- scan reads every node recorded on key (h, from readState) but node,
+-- and returns the active ones' total demand, their count and
+-- (token bucket, tb) their live leases, by counted at now; and the
+-- silent ones: not heard from for stale µs, demanding something when
+-- last heard. A node resting the key (its lease granted for longer) is
+-- active, and its lease live, until the lease lapses, and quiet from
+-- then on, not from its last sync. A node quiet for more than keep µs
+-- is forgotten: its fields are deleted.
+local function scan(h, key, node, now, stale, keep, tb, interval)
+  local total, count, out, silent = 0, 0, 0, {}
+  for f, v in pairs(h) do
+    if string.sub(f, 1, 2) == 's:' then
+      local n = string.sub(f, 3)
+      if n ~= node then
+        local seen = stored(v, f, 0)
+        local rest = restsUntil(h, n, interval)
+        local active, live = counted(h, n, now, stale, interval, tb)
+        if now - math.max(seen, rest - 2 * interval) > keep then
+          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 't:' .. n)
+        elseif active then
+          count = count + 1
+          total = total + (stored(h['d:' .. n], 'd:' .. n, 0) or 0)
+          if live then out = out + (stored(h['l:' .. n], 'l:' .. n, 0) or 0) end
+        else
+          local d = stored(h['d:' .. n], 'd:' .. n, 0) or 0
+          if d > 0 then
+            silent[#silent + 1] = {n = n, seen = math.max(seen, rest - 2 * interval), d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
+          end
+        end
+      end
+    end
+  end
+  return total, count, out, silent
+end
+
+-- aggregate is an aggregate field's value, or nil if it is missing or
+-- not a whole number in [lo, hi]: the aggregate is derived, so a bad one
+-- is scanned again rather than failing the key.
+local function aggregate(v, lo, hi)
+  local x = tonumber(v)
+  if x == nil or x ~= x or x < lo or x > hi or x ~= math.floor(x) then return nil end
+  return x
+end
+
+-- fleetOf is what the other nodes on key hold, for node's lease at now:
+-- their total demand D, count N and live leases O (token bucket, tb),
+-- and the silent ones to reserve for. A lease does not read every node
+-- (a key shared by 1,000 nodes cost 2-3 ms a lease): the hash keeps an
+-- aggregate, the nodes as a scan found them at aT (by interval aI, with
+-- staleIntervals of them as the stale horizon), with each lease since
+-- in place of its node's last (aD, aN, aO). A lease scans again once an
+-- interval has passed since the last scan, or when the aggregate is
+-- missing or bad (out of range, live leases beyond the burst cap): so
+-- one lease an interval pays for every node, and the others for their
+-- own. Between scans, a node that goes stale still counts, and a lease
+-- that lapses is still out, for up to an interval: a node's weight
+-- moves a little late and the bucket holds back a little more, never
+-- less. Silent nodes are reserved for at scans. An aggregate written by
+-- no lease (a value in range, but false) shifts the nodes' shares, or
+-- holds tokens back, for less than an interval: it never puts tokens in
+-- the bucket.
+local function fleetOf(key, h, read, node, now, stale, keep, tb, interval, cap)
+  local a = {T = aggregate(h['aT'], 0, now), iv = aggregate(h['aI'], 1, 1000 * interval),
+    N = aggregate(h['aN'], 0, maxLimit), O = aggregate(h['aO'], 0, cap)}
+  a.D = aggregate(h['aD'], 0, (a.N or 0) * maxLimit)
+  local silent = {}
+  if not (a.T and a.iv and a.D and a.N and a.O) or now - a.T >= interval then
+    a.D, a.N, a.O, a.T, a.iv = 0, 0, 0, now, interval
+    -- A hash that holds no field but those read (a key on one node)
+    -- has no other node to scan, and keeps no aggregate (see aggregated).
+    if redis.call('HLEN', key) > read then
+      a.D, a.N, a.O, silent = scan(readState(key), key, node, now, stale, keep, tb, interval)
+    else
+      a.alone = not h['aT']
+    end
+    return a, silent
+  end
+  local active, live = counted(h, node, a.T, staleIntervals * a.iv, a.iv, tb)
+  if active then
+    a.D = math.max(0, a.D - (stored(h['d:' .. node], 'd:' .. node, 0) or 0))
+    a.N = math.max(0, a.N - 1)
+  end
+  if live then a.O = math.max(0, a.O - (stored(h['l:' .. node], 'l:' .. node, 0) or 0)) end
+  return a, silent
+end
+
+-- aggregated adds to f (the fields a lease writes) the aggregate a with
+-- node's lease in place of its last: its demand, and lease (0 when not
+-- counted as live, by a sliding window). A key on its node alone keeps
+-- none (64 bytes of its hash): the next lease finds nothing to scan.
+local function aggregated(f, a, demand, lease)
+  if a.alone then return f end
+  local n = #f
+  f[n + 1], f[n + 2], f[n + 3], f[n + 4], f[n + 5], f[n + 6] = 'aT', a.T, 'aI', a.iv, 'aD', clampN(a.D + demand)
+  f[n + 7], f[n + 8], f[n + 9], f[n + 10] = 'aN', a.N + 1, 'aO', clampN(a.O + lease)
+  return f
+end
+`
