@@ -55,19 +55,23 @@ func TestLeaseReadsNodesOnceAnInterval(t *testing.T) {
 // interval, in which no node turns stale and no lease lapses, the two
 // must grant the same: the aggregate, kept lease by lease, is what a
 // scan finds. Nodes come and go, report in series and out of them,
-// hand back, and rest (a Hold), by both algorithms.
+// hand back, and rest (a Hold), by both algorithms, each alone and
+// both on one key (a policy changing across the fleet: a sliding
+// window's scan once counted no token-bucket lease out). Now and then
+// both buckets are refilled, so that the leases out bound the grants.
 func TestAggregateMatchesScan(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
 	c := s.Client(t)
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
-	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
-		lim := fleet.Limit{Algorithm: alg, Limit: 100_000, Window: 24 * time.Hour}
-		kept, scanned := "kept-"+alg.String(), "scanned-"+alg.String()
-		rng := rand.New(rand.NewPCG(1, uint64(alg)))
+	for seq, algs := range [][]local.Algorithm{{local.TokenBucket}, {local.SlidingWindow}, {local.TokenBucket, local.SlidingWindow}} {
+		kept, scanned := fmt.Sprint("kept-", seq), fmt.Sprint("scanned-", seq)
+		rng := rand.New(rand.NewPCG(1, uint64(seq)))
 		totals := map[string]int64{}
 		for step := range 400 {
+			alg := algs[rng.IntN(len(algs))]
+			lim := fleet.Limit{Algorithm: alg, Limit: 100_000, Window: 24 * time.Hour}
 			node := fmt.Sprint("node-", rng.IntN(30))
 			u := fleet.Usage{Limit: lim, Demand: rng.Int64N(3000), Consumed: rng.Int64N(200)}
 			if rng.IntN(4) > 0 { // in a series, sometimes sent again or late
@@ -78,6 +82,11 @@ func TestAggregateMatchesScan(t *testing.T) {
 				Keys: []fleet.Usage{u, u}}
 			req.Keys[0].Key, req.Keys[1].Key = kept, scanned
 			require.NoError(t, c.HDel(ctx, global.RedisKeyForTest("hl:", scanned, "lease"), "aT").Err())
+			if rng.IntN(5) == 0 {
+				for _, k := range []string{kept, scanned} { // refilled, as an idle while would
+					require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", k, "lease"), "tokens", lim.Limit).Err())
+				}
+			}
 			if rng.IntN(10) == 0 {
 				require.NoError(t, c.HDel(ctx, global.RedisKeyForTest("hl:", kept, "lease"), "aT").Err())
 			}
@@ -99,8 +108,8 @@ func TestAggregateMatchesScan(t *testing.T) {
 
 // TestCorruptAggregate: the aggregate is derived from the nodes' fields,
 // so a value in it that no lease writes (not a number, not finite,
-// negative, not whole, a time ahead of Redis's, live leases beyond the
-// burst) is
+// negative, not whole, a time ahead of Redis's, more nodes than a reply
+// may count) is
 // scanned again rather than trusted or failed on: the lease grants what
 // a scan grants, and writes a sound aggregate back.
 func TestCorruptAggregate(t *testing.T) {
@@ -120,11 +129,19 @@ func TestCorruptAggregate(t *testing.T) {
 		require.NoError(t, err)
 		return resp
 	}
-	// 1e17: beyond any time, interval (1,000 of the caller's), count,
-	// demand (2^53 a node) or live leases (the burst) a lease writes.
-	bad := []string{"nan", "inf", "-inf", "1e400", "-1", "abc", "", "2.5", "1e300", "1e17"}
+	bad := []string{"nan", "inf", "-inf", "1e400", "-1", "abc", "", "2.5", "1e300"}
+	beyond := map[string]string{
+		"aT": "1e17", // a time ahead of Redis's
+		"aI": "1e17", // an interval beyond 1,000 of the lease's
+		"aD": "1e17", // demand beyond 2^53 a node
+		"aN": "3e9",  // more nodes than a reply counts (2^31 - 1)
+	}
 	for _, field := range []string{"aT", "aI", "aD", "aN", "aO"} {
-		for i, v := range bad {
+		values := bad
+		if v, ok := beyond[field]; ok {
+			values = append(values[:len(values):len(values)], v)
+		}
+		for i, v := range values {
 			key, twin := fmt.Sprint("corrupt-", field, i), fmt.Sprint("twin-", field, i)
 			for _, n := range []string{"a", "b", "c"} {
 				sync(n, key, twin)
@@ -143,4 +160,37 @@ func TestCorruptAggregate(t *testing.T) {
 			assert.NotEqual(t, v, after, "%s = %q stays", field, v)
 		}
 	}
+}
+
+// TestAggregateForgetsStaleNodes: the aggregate follows time, not only
+// the leases written into it. Five nodes take leases on a key, then
+// only one syncs, once an interval: within the stale horizon (three
+// intervals) and the scan an interval after it, the others stop
+// counting and their leases stop being out, so that the one left is
+// granted as a node alone is.
+func TestAggregateForgetsStaleNodes(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	const interval = 50 * time.Millisecond
+	lim := fleet.Limit{Limit: 1_000, Window: time.Hour}
+	sync := func(node string) fleet.Grant {
+		t.Helper()
+		resp, err := r.Sync(ctx, &fleet.Request{Node: node, Interval: interval,
+			Keys: []fleet.Usage{{Key: "fading", Limit: lim, Demand: 150}}})
+		require.NoError(t, err)
+		require.NoError(t, resp.Grants[0].Err)
+		return resp.Grants[0]
+	}
+	for n := range 5 {
+		sync(fmt.Sprint("node-", n))
+	}
+	assert.Equal(t, 5, sync("node-0").Nodes)
+	var g fleet.Grant
+	require.Eventually(t, func() bool {
+		g = sync("node-0")
+		return g.Nodes == 1
+	}, 2*time.Second, interval, "the other nodes still count")
+	assert.InDelta(t, 1.0, g.Weight, 1e-6, "weight alone")
 }

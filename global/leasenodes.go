@@ -6,28 +6,31 @@ package global
 // docs/redis.md, "A key on many nodes". It follows leaseCommon.
 const leaseNodes = `
 -- counted is whether node n, as h holds its fields, was active at T by
--- interval iv and stale horizon st, and (token bucket, tb) whether its
--- lease was live then: the scan's rule (see scan), which a lease that
--- does not scan applies to its own node's last fields to take them out
--- of the aggregate.
-local function counted(h, n, T, st, iv, tb)
+-- interval iv and stale horizon st, and whether its token-bucket lease
+-- was live then: the scan's rule (see scan), which a lease that does not
+-- scan applies to its own node's last fields to take them out of the
+-- aggregate. By either algorithm: a sliding window's g is a window
+-- number, never live by this rule, so that nodes leasing a key by both
+-- (a policy changing across the fleet) keep the token bucket's leases
+-- counted out whichever scans.
+local function counted(h, n, T, st, iv)
   local seen = stored(h['s:' .. n], 's:' .. n, 0)
   if not seen then return false, false end
   local rest = restsUntil(h, n, iv)
   local active = T - seen <= st or T <= rest
-  local live = tb and active and (T <= rest or (stored(h['g:' .. n], 'g:' .. n, 0) or 0) >= T - 2 * iv)
+  local live = active and (T <= rest or (stored(h['g:' .. n], 'g:' .. n, 0) or 0) >= T - 2 * iv)
   return active, live
 end
 
 -- scan reads every node recorded on key (h, from readState) but node,
--- and returns the active ones' total demand, their count and
--- (token bucket, tb) their live leases, by counted at now; and the
+-- and returns the active ones' total demand, their count and their
+-- live token-bucket leases, by counted at now; and the
 -- silent ones: not heard from for stale µs, demanding something when
 -- last heard. A node resting the key (its lease granted for longer) is
 -- active, and its lease live, until the lease lapses, and quiet from
 -- then on, not from its last sync. A node quiet for more than keep µs
 -- is forgotten: its fields are deleted.
-local function scan(h, key, node, now, stale, keep, tb, interval)
+local function scan(h, key, node, now, stale, keep, interval)
   local total, count, out, silent = 0, 0, 0, {}
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
@@ -35,7 +38,7 @@ local function scan(h, key, node, now, stale, keep, tb, interval)
       if n ~= node then
         local seen = stored(v, f, 0)
         local rest = restsUntil(h, n, interval)
-        local active, live = counted(h, n, now, stale, interval, tb)
+        local active, live = counted(h, n, now, stale, interval)
         if now - math.max(seen, rest - 2 * interval) > keep then
           redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 't:' .. n)
         elseif active then
@@ -64,39 +67,42 @@ local function aggregate(v, lo, hi)
 end
 
 -- fleetOf is what the other nodes on key hold, for node's lease at now:
--- their total demand D, count N and live leases O (token bucket, tb),
--- and the silent ones to reserve for. A lease does not read every node
+-- their total demand D, count N and live token-bucket leases O, and the
+-- silent ones to reserve for. A lease does not read every node
 -- (a key shared by 1,000 nodes cost 2-3 ms a lease): the hash keeps an
 -- aggregate, the nodes as a scan found them at aT (by interval aI, with
 -- staleIntervals of them as the stale horizon), with each lease since
 -- in place of its node's last (aD, aN, aO). A lease scans again once an
 -- interval has passed since the last scan, or when the aggregate is
--- missing or bad (out of range, live leases beyond the burst cap): so
+-- missing or bad (not a whole number, out of range, a time ahead): so
 -- one lease an interval pays for every node, and the others for their
 -- own. Between scans, a node that goes stale still counts, and a lease
 -- that lapses is still out, for up to an interval: a node's weight
 -- moves a little late and the bucket holds back a little more, never
--- less. Silent nodes are reserved for at scans. An aggregate written by
--- no lease (a value in range, but false) shifts the nodes' shares, or
--- holds tokens back, for less than an interval: it never puts tokens in
--- the bucket.
-local function fleetOf(key, h, read, node, now, stale, keep, tb, interval, cap)
+-- less. Silent nodes are reserved for at scans. An aggregate in range
+-- but false (written by no lease) is believed until the next scan, less
+-- than an interval: as a false tokens would, it may shift shares, hold
+-- tokens back, or (live leases too low) lease again what is out.
+-- aN stays below 2^31 - 1, the most nodes a reply may count.
+local function fleetOf(key, h, read, node, now, stale, keep, interval)
   local a = {T = aggregate(h['aT'], 0, now), iv = aggregate(h['aI'], 1, 1000 * interval),
-    N = aggregate(h['aN'], 0, maxLimit), O = aggregate(h['aO'], 0, cap)}
+    N = aggregate(h['aN'], 0, 2147483645), O = aggregate(h['aO'], 0, huge)}
   a.D = aggregate(h['aD'], 0, (a.N or 0) * maxLimit)
   local silent = {}
   if not (a.T and a.iv and a.D and a.N and a.O) or now - a.T >= interval then
     a.D, a.N, a.O, a.T, a.iv = 0, 0, 0, now, interval
     -- A hash that holds no field but those read (a key on one node)
-    -- has no other node to scan, and keeps no aggregate (see aggregated).
+    -- has no other node to scan, and keeps no aggregate (see
+    -- aggregated): one kept from other nodes since gone is deleted.
     if redis.call('HLEN', key) > read then
-      a.D, a.N, a.O, silent = scan(readState(key), key, node, now, stale, keep, tb, interval)
+      a.D, a.N, a.O, silent = scan(readState(key), key, node, now, stale, keep, interval)
     else
-      a.alone = not h['aT']
+      a.alone = true
+      if h['aT'] or h['aI'] or h['aD'] or h['aN'] or h['aO'] then redis.call('HDEL', key, 'aT', 'aI', 'aD', 'aN', 'aO') end
     end
     return a, silent
   end
-  local active, live = counted(h, node, a.T, staleIntervals * a.iv, a.iv, tb)
+  local active, live = counted(h, node, a.T, staleIntervals * a.iv, a.iv)
   if active then
     a.D = math.max(0, a.D - (stored(h['d:' .. node], 'd:' .. node, 0) or 0))
     a.N = math.max(0, a.N - 1)
@@ -106,9 +112,10 @@ local function fleetOf(key, h, read, node, now, stale, keep, tb, interval, cap)
 end
 
 -- aggregated adds to f (the fields a lease writes) the aggregate a with
--- node's lease in place of its last: its demand, and lease (0 when not
--- counted as live, by a sliding window). A key on its node alone keeps
--- none (64 bytes of its hash): the next lease finds nothing to scan.
+-- node's lease in place of its last: its demand, and lease (0 from a
+-- sliding window, whose leases counted does not count live). A key on
+-- its node alone keeps none (64 bytes of its hash): the next lease finds
+-- nothing to scan.
 local function aggregated(f, a, demand, lease)
   if a.alone then return f end
   local n = #f

@@ -289,7 +289,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   local most = slackOf(limit, window, interval)
   local grace = steps[#steps - 1] or 0
   local keep = math.max(stale + math.min(window, 100 * interval), grace + 2 * interval)
-  local a, silent = fleetOf(key, h, read, node, now, stale, keep, true, interval, burst)
+  local a, silent = fleetOf(key, h, read, node, now, stale, keep, interval)
   local total, count, out = a.D + demand, a.N + 1, a.O
   tokens = math.min(tokens, burst - out)
   tokens = tokens - reserve(key, silent, total, count, equal, rate, interval, now, steps)
@@ -356,7 +356,7 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   local avail = limit - est
   if avail < 0 then avail = 0 end
 
-  local a = fleetOf(key, h, read, node, now, stale, stale + math.min(window, 100 * interval), false, interval, huge)
+  local a = fleetOf(key, h, read, node, now, stale, stale + math.min(window, 100 * interval), interval)
   local total, count = a.D + demand, a.N + 1
   local weight = share(demand, total, count, equal)
   local most = slackOf(limit, window, interval)

@@ -422,8 +422,8 @@ return {used}
 var chargeLease = redis.NewScript(storedNum + leaseCommon + leaseNodes + leaseNow + `
 local stale = tonumber(ARGV[7])
 if stale > 0 then
-  scan(readState(KEYS[1]), KEYS[1], '', now, stale, stale, false, stale / 3) -- forgets them at once (but those resting on a lease)
-  redis.call('HDEL', KEYS[1], 'aT') -- the next lease counts the nodes afresh (see fleetOf)
+  scan(readState(KEYS[1]), KEYS[1], '', now, stale, stale, stale / 3) -- forgets them at once (but those resting on a lease)
+  redis.call('HDEL', KEYS[1], 'aT', 'aI', 'aD', 'aN', 'aO') -- the next lease counts the nodes afresh (see fleetOf)
 end
 local cap = burst
 if sw then cap = limit end

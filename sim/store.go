@@ -57,11 +57,12 @@ type aggregate struct {
 }
 
 // counted is the scripts' counted: whether o was active at t by
-// interval iv and stale horizon st, and (tb) its lease live then.
-func (o *nodeLease) counted(t, st, iv int64, tb bool) (active, live bool) {
+// interval iv and stale horizon st, and its token-bucket lease live then
+// (a sliding window's granted is a window number: never live).
+func (o *nodeLease) counted(t, st, iv int64) (active, live bool) {
 	rest := o.restsUntil(iv)
 	active = t-o.seen <= st || t <= rest
-	live = tb && active && (t <= rest || o.granted >= t-2*iv)
+	live = active && (t <= rest || o.granted >= t-2*iv)
 	return active, live
 }
 
@@ -202,9 +203,9 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	// interval old (the scripts' fleetOf).
 	var silent []*nodeLease
 	a := &st.agg
-	alone := false // no other node recorded, and no aggregate kept: none written
+	alone := false // no other node recorded at a scan: no aggregate kept
 	if !a.ok || now-a.t >= interval || now < a.t {
-		alone = !a.ok && (len(st.nodes) == 1)
+		alone = len(st.nodes) == 1
 		*a = aggregate{ok: true, t: now, iv: interval, st: stale}
 		for n, o := range st.nodes {
 			if n == node || o.seen == 0 {
@@ -215,7 +216,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 				delete(st.nodes, n)
 				continue
 			}
-			active, live := o.counted(now, stale, interval, tb)
+			active, live := o.counted(now, stale, interval)
 			if !active {
 				if tb && o.demand > 0 {
 					silent = append(silent, o) // kept to settle its lease and reserved, no longer active
@@ -229,7 +230,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			}
 		}
 	} else if !fresh {
-		active, live := me.counted(a.t, a.st, a.iv, tb)
+		active, live := me.counted(a.t, a.st, a.iv)
 		if active {
 			a.demand, a.nodes = max(0, a.demand-me.demand), max(0, a.nodes-1)
 		}
