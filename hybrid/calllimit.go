@@ -56,11 +56,10 @@ func (l *Limiter) allowLimit(key string, now, n int64, c callLimit) (Decision, e
 	if p := l.localPolicy(key); p != nil {
 		return l.errDecision(ErrInvalidLimit), fmt.Errorf("%w: policy %q is Local", ErrInvalidLimit, p.Name)
 	}
-	v, ok := l.keys.Load(key)
+	k, ok := l.keys.Load(key)
 	if !ok {
 		return l.allowNew(key, now, n, &c)
 	}
-	k := v.(*keyState)
 	if have := k.policy().call; have == nil || have.limit != c.limit || have.burst != c.burst {
 		if err := l.askLimit(k, c); err != nil {
 			return l.errDecision(err), err

@@ -49,15 +49,14 @@ func TestCallLimitSurvivesForgetting(t *testing.T) {
 	require.Equal(t, int64(100), d.Limit())
 	require.NoError(t, l.SyncOnce(ctx))
 
-	v, _ := l.keys.Load("k")
-	k := v.(*keyState)
+	k, _ := l.keys.Load("k")
 	k.word.Store(0) // its lease spent: the decision goes to refuse
 	l.forget(k)
 	d, _ = l.refuse(k, l.now(), 1)
 	assert.Equal(t, int64(100), d.Limit(), "made again under the caller's limit, not the policy's 1,000")
 
-	v, _ = l.keys.Load("k")
-	l.forget(v.(*keyState))
+	k, _ = l.keys.Load("k")
+	l.forget(k)
 	l.wanted.Store("k", callLimit{limit: 10}) // asked just as it was forgotten
 	d, err = l.AllowNLimit("k", 1, 100, 0)
 	require.NoError(t, err)

@@ -68,7 +68,7 @@ func (l *Limiter) wasCrowded() bool {
 // the key up again.
 func (l *Limiter) forget(k *keyState) {
 	k.retired.Store(true)
-	if l.keys.CompareAndDelete(k.key, k) {
+	if l.keys.CompareAndDelete(k) {
 		l.wanted.Delete(k.key)
 		l.nkeys.Add(-1)
 		l.rounds.forgotten.Add(1)
@@ -106,8 +106,7 @@ func (l *Limiter) makeRoom() bool {
 	now := l.now()
 	if now-l.syncs.lastRoom >= int64(l.cfg.Interval) {
 		l.syncs.lastRoom = now
-		l.keys.Range(func(_, v any) bool {
-			k := v.(*keyState)
+		l.keys.Range(func(k *keyState) bool {
 			if k.policy().Mode != Hybrid {
 				l.sweepOther(k)
 			} else if k.allReported(len(l.fleets), k.spent()) && k.allowance() == 0 && k.hasGrant.Load() && k.lease == 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/cfgerr"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
+	"github.com/hybridlimit/hybridlimit/internal/keytable"
 	"github.com/hybridlimit/hybridlimit/internal/sketch"
 	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -76,7 +77,7 @@ type Limiter struct {
 	census  store.Census              // nil: the fleet's size is learned from leases alone
 	unsure  atomic.Bool               // a caller's context ended a Strict call: the loop probes the store (chargeStrict)
 
-	keys      sync.Map // string -> *keyState
+	keys      *keytable.Table[keyState]
 	wanted    sync.Map // string -> callLimit: a limit a call asked for a key, for the next round (calllimit.go)
 	nkeys     atomic.Int64
 	crowdedAt atomic.Int64 // when the table was last seen crowded (forget.go); 0 if never
@@ -118,6 +119,7 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, cfgerr.Wrap(ErrInvalidConfig, err)
 	}
 	l := &Limiter{
+		keys:  keytable.New(func(k *keyState) string { return k.key }),
 		cfg:   cfg,
 		clk:   cfg.Clock,
 		epoch: cfg.Clock.Now(),
@@ -199,11 +201,11 @@ func (l *Limiter) allow(key string, now, n int64) (Decision, error) {
 	if p := l.localPolicy(key); p != nil {
 		return l.allowLocal(p, key, now, n)
 	}
-	v, ok := l.keys.Load(key)
+	k, ok := l.keys.Load(key)
 	if !ok {
 		return l.allowNew(key, now, n, nil)
 	}
-	return l.decide(v.(*keyState), now, n)
+	return l.decide(k, now, n)
 }
 
 func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
@@ -335,7 +337,7 @@ func (l *Limiter) allowNew(key string, now, n int64, c *callLimit) (Decision, er
 		t := l.now()
 		k.activeAt, k.forecastAt, k.lastSync, k.answeredAt = t, t, t-int64(l.cfg.Interval), t
 	}
-	v, loaded := l.keys.LoadOrStore(key, k)
+	v, loaded := l.keys.LoadOrStore(k)
 	if !loaded {
 		l.wanted.Delete(key) // a limit asked for a key of the same name, forgotten since
 		l.nkeys.Add(1)
@@ -343,7 +345,7 @@ func (l *Limiter) allowNew(key string, now, n int64, c *callLimit) (Decision, er
 			l.askEarly(k)
 		}
 	}
-	return l.decide(v.(*keyState), now, n)
+	return l.decide(v, now, n)
 }
 
 // starter is a new key's credit before its first grant: an equal part

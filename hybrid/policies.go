@@ -168,8 +168,8 @@ func (l *Limiter) SetPolicies(ps []Policy) error {
 // hold is resolved when it is next seen anyway. It is safe for
 // concurrent use.
 func (l *Limiter) Invalidate(key string) {
-	if v, ok := l.keys.Load(key); ok {
-		v.(*keyState).gen.Store(0)
+	if k, ok := l.keys.Load(key); ok {
+		k.gen.Store(0)
 	}
 }
 
@@ -236,8 +236,8 @@ func (l *Limiter) rehomeAll(t *policyTable) {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	now := l.now()
-	l.keys.Range(func(_, v any) bool {
-		if k := v.(*keyState); k.gen.Load() != t.gen {
+	l.keys.Range(func(k *keyState) bool {
+		if k.gen.Load() != t.gen {
 			l.rehome(k, t, now)
 		}
 		return true

@@ -27,10 +27,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	// old spending to the store between the two.
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	v, held := l.keys.Load(key)
+	k, held := l.keys.Load(key)
 	p := l.resolve(l.policies(), key)
 	if held {
-		k := v.(*keyState)
 		p = k.policy()
 		if p.local != nil {
 			p.local.Delete(key) // a Local key's bucket, or a fail-static one

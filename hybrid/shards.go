@@ -178,11 +178,10 @@ func (l *Limiter) shardHot(ctx context.Context, now int64) {
 func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 	ttl := minShardedIntervals * l.cfg.Interval
 	for _, h := range hot {
-		v, ok := l.keys.Load(h.Key)
+		k, ok := l.keys.Load(h.Key)
 		if !ok || !l.fleets[0].closed.Load() {
 			continue
 		}
-		k := v.(*keyState)
 		if k.policy().Mode != Strict {
 			continue
 		}

@@ -313,8 +313,7 @@ func (l *Limiter) HotKeys() []HotKey {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	var out []HotKey
-	l.keys.Range(func(_, v any) bool {
-		k := v.(*keyState)
+	l.keys.Range(func(k *keyState) bool {
 		set, ls := k.stripes.Load(), k.lshards
 		if set == nil && ls == nil {
 			return true

@@ -115,8 +115,7 @@ func (l *Limiter) collect(now int64) []*keyState {
 	}
 	s.batch, s.owed, s.probe = s.batch[:0], s.owed[:0], nil
 	t := l.policies()
-	l.keys.Range(func(_, v any) bool {
-		k := v.(*keyState)
+	l.keys.Range(func(k *keyState) bool {
 		if k.gen.Load() != t.gen {
 			if l.rehome(k, t, now); k.retired.Load() {
 				return true

@@ -26,8 +26,8 @@ func (l *Limiter) lookup(key string) (*policy, *keyState, error) {
 // state returns key's state, resolving a key seen for the first time.
 func (l *Limiter) state(key string) (*keyState, error) {
 	for {
-		if v, ok := l.keys.Load(key); ok {
-			return v.(*keyState), nil
+		if k, ok := l.keys.Load(key); ok {
+			return k, nil
 		}
 		if _, err := l.allowNew(key, noTime, 0, nil); err != nil {
 			return nil, err
@@ -49,8 +49,8 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		if p := l.localPolicy(key); p != nil && !p.Shadow && len(key) <= l.cfg.MaxKeyLen {
 			return localErr(p.local.WaitN(ctx, key, n))
 		}
-		if v, ok := l.keys.Load(key); ok {
-			if p := v.(*keyState).policy(); p.Mode == Local && !p.Shadow {
+		if k, ok := l.keys.Load(key); ok {
+			if p := k.policy(); p.Mode == Local && !p.Shadow {
 				return localErr(p.local.WaitN(ctx, key, n))
 			}
 		}
