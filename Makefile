@@ -74,6 +74,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s $(FUZZFLAGS) ./rules/
 	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 60s $(FUZZFLAGS) ./httplimit/
 	$(GO) test -run '^$$' -fuzz FuzzUnmarshalText -fuzztime 60s $(FUZZFLAGS) ./internal/enumtext/
+	$(GO) test -run '^$$' -fuzz FuzzTable -fuzztime 60s $(FUZZFLAGS) ./internal/keytable/
 
 demo:
 	$(GO) run ./cmd/demo
