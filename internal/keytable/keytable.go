@@ -20,6 +20,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Table maps strings to *V, each value holding its own key (keyOf).
@@ -51,8 +52,13 @@ type slot[V any] struct {
 // minSlots is the smallest array a table holds.
 const minSlots = 16
 
-// New returns an empty table whose values name their keys by keyOf.
+// New returns an empty table whose values name their keys by keyOf. V
+// must not be of size zero: its values are told apart by address, and
+// Go gives every zero-size value the same.
 func New[V any](keyOf func(*V) string) *Table[V] {
+	if unsafe.Sizeof(*new(V)) == 0 {
+		panic("keytable: New of a zero-size type")
+	}
 	t := &Table[V]{keyOf: keyOf, seed: maphash.MakeSeed(), tomb: new(V)}
 	t.cur.Store(newSlots[V](minSlots))
 	return t
@@ -181,7 +187,13 @@ func (t *Table[V]) CompareAndDelete(v *V) bool {
 // Range calls f for each value in the table until f returns false. It
 // holds no lock, so f may add and delete keys; like sync.Map's Range,
 // it is no snapshot: it visits each key held from its start to its end
-// once, and may or may not visit one added or deleted meanwhile.
+// once, and may or may not visit one added or deleted meanwhile. Unlike
+// sync.Map's, it may visit a key deleted and added again meanwhile
+// twice, each time with the value it held then.
+//
+// Growing or shrinking copies the table under the writers' mutex: at a
+// million keys, new keys and deletions wait some milliseconds for it,
+// once in a million additions; lookups and Range never wait.
 func (t *Table[V]) Range(f func(*V) bool) {
 	s := t.cur.Load()
 	for i := range s.s {

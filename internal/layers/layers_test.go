@@ -44,14 +44,14 @@ func TestGossipOnlyLinksNoRedis(t *testing.T) {
 // internal/testkit.
 func TestArrowsPointDown(t *testing.T) {
 	t.Parallel()
-	helpers := []string{"internal/cfgerr", "internal/clock", "internal/decision", "internal/enumtext", "internal/manual", "internal/proc", "internal/redisslot", "internal/sketch"}
+	helpers := []string{"internal/cfgerr", "internal/clock", "internal/decision", "internal/enumtext", "internal/keytable", "internal/manual", "internal/proc", "internal/redisslot", "internal/sketch"}
 	allowed := map[string][]string{
 		"local":                 {"internal/clock", "internal/cfgerr", "internal/decision", "internal/enumtext", "internal/sketch"},
 		"partition":             {"internal/cfgerr", "internal/enumtext"},
 		"fleet":                 {"local", "partition", "internal/enumtext", "internal/redisslot"},
 		"global":                {"fleet", "local", "partition", "internal/store", "internal/cfgerr", "internal/redisslot"},
 		"gossip":                {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/gossipsim", "internal/store"},
-		"hybrid":                {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/proc", "internal/sketch", "internal/store", "internal/manual", "internal/decision", "internal/breaker", "internal/enumtext"},
+		"hybrid":                {"fleet", "local", "partition", "internal/cfgerr", "internal/clock", "internal/keytable", "internal/proc", "internal/sketch", "internal/store", "internal/manual", "internal/decision", "internal/breaker", "internal/enumtext"},
 		"httplimit":             {"hybrid", "fleet", "local", "partition", "internal/cfgerr", "internal/enumtext"},
 		"metrics":               {"hybrid", "fleet", "partition"},
 		"metrics/gossipmetrics": {"gossip"},
