@@ -14,7 +14,7 @@ import (
 )
 
 // TestCommandsPerDecision offers 10,000 requests a second over 1,000
-// keys to one node (each key decided once an Interval of 100 ms) for ten
+// keys to each node (each key decided once an Interval of 100 ms) for ten
 // Intervals, and counts what Redis ran, by INFO commandstats: script
 // calls and commands (those inside scripts included) per decision. One
 // script call per key and sync made it 1.0 script call and 8.0 commands
@@ -25,54 +25,73 @@ import (
 // (1,000,000 a second), so they now rest (rest.go): their leases stand
 // for the node's IdleTimeout, and a round syncs only the resting key
 // synced longest ago: 0.0011 script calls and 0.007 commands a
-// decision (issue 21's target: 0.05). Counts, not times: the rounds
-// are driven here (ManualSync), so a loaded machine changes nothing but
-// how long the test takes.
+// decision on one node (issue 21's target: 0.05). On four nodes sharing
+// the keys no key rested, since each node's slack lease left the bucket
+// under three quarters of its burst: 3.2 commands a decision, until a
+// resting lease was cut to its part of a quarter of the burst. Counts,
+// not times: the rounds are driven here (ManualSync), so a loaded
+// machine changes nothing but how long the test takes.
 func TestCommandsPerDecision(t *testing.T) {
 	t.Parallel()
+	for _, nodes := range []int{1, 4} {
+		t.Run(fmt.Sprint("nodes=", nodes), func(t *testing.T) {
+			t.Parallel()
+			commandsPerDecision(t, nodes)
+		})
+	}
+}
+
+func commandsPerDecision(t *testing.T, nodes int) {
 	const keys, rounds, interval = 1000, 10, 100 * time.Millisecond
 	srv := redistest.StartServer(t)
-	l, err := hybrid.New(hybrid.Config{
-		Node:     "n1",
-		Policies: []hybrid.Policy{{Name: "p", Limit: 1_000_000, Window: time.Second}},
-		Syncer:   redisSyncer(t, srv),
-		Interval: interval,
-		// Calls of at least 256 keys (see round.go), however loaded the
-		// machine: a call that takes over half of SyncTimeout halves them.
-		SyncTimeout: 2 * time.Second,
-		ManualSync:  true,
-		MaxKeys:     2 * keys,
-		HotKeyRate:  -1,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
+	fleet := make([]*hybrid.Limiter, nodes)
+	for n := range fleet {
+		l, err := hybrid.New(hybrid.Config{
+			Node:     fmt.Sprint("n", n),
+			Policies: []hybrid.Policy{{Name: "p", Limit: 1_000_000, Window: time.Second}},
+			Syncer:   redisSyncer(t, srv),
+			Interval: interval,
+			// Calls of at least 256 keys (see round.go), however loaded the
+			// machine: a call that takes over half of SyncTimeout halves them.
+			SyncTimeout: 2 * time.Second,
+			ManualSync:  true,
+			MaxKeys:     2 * keys,
+			HotKeyRate:  -1,
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		fleet[n] = l
+	}
 	ctx := context.Background()
-	decide := func() {
-		for i := range keys {
-			d, err := l.Allow(fmt.Sprint("tenant:", i))
-			require.NoError(t, err)
-			require.True(t, d.Allowed())
+	round := func() {
+		for _, l := range fleet {
+			for i := range keys {
+				d, err := l.Allow(fmt.Sprint("tenant:", i))
+				require.NoError(t, err)
+				require.True(t, d.Allowed())
+			}
+		}
+		for _, l := range fleet {
+			require.NoError(t, l.SyncOnce(ctx))
 		}
 	}
 	for range 3 { // every key known to Redis, past the syncs before a key may rest
-		decide()
-		require.NoError(t, l.SyncOnce(ctx))
+		round()
 	}
 	srv.ResetStats(t)
 	start := time.Now()
 	for r := range rounds {
-		decide()
+		round()
 		time.Sleep(time.Until(start.Add(time.Duration(r+1) * interval)))
-		require.NoError(t, l.SyncOnce(ctx))
 	}
 	cmds := srv.Commands(t)
 	total := int64(0)
 	for _, n := range cmds {
 		total += n
 	}
-	decisions := float64(keys * rounds)
+	decisions := float64(nodes * keys * rounds)
 	scripts := float64(cmds["evalsha"]+cmds["eval"]) / decisions
-	t.Logf("per decision: %.4f script calls, %.3f commands (%v)", scripts, float64(total)/decisions, cmds)
+	t.Logf("%d nodes, per decision: %.4f script calls, %.3f commands (%v)", nodes, scripts, float64(total)/decisions, cmds)
 	assert.LessOrEqual(t, scripts, 0.05, "script calls per decision")
 	assert.LessOrEqual(t, float64(total)/decisions, 0.05, "commands per decision (inside scripts too)")
 }

@@ -58,13 +58,12 @@ func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
 // brings its forecast and counts up to date as a sync would. The fleet
 // lets a key rest by granting its lease for longer than two intervals
 // (fleet.Request.Hold, at most the IdleTimeout): Redis does so while
-// the key's bucket keeps three quarters of its burst after the grant.
-// k rests while that lease stands past the round after next with a
-// round trip to spare, covers what k's forecast spends until then above
-// its low-water mark (below it, k asks for an early sync as any key
-// does), the fleet had three quarters of the key's capacity left at the
-// last grant (as Redis requires; not so for a lease carried),
-// nothing was refused since the last sync, and k is not about to
+// what the key has spent and the lease come to at most a quarter of
+// its burst, for a lease of at most a quarter of the burst's part of
+// each node. k rests while that lease stands past the round after next
+// with a round trip to spare, covers what k's forecast spends until
+// then above its low-water mark (below it, k asks for an early sync as
+// any key does), nothing was refused since the last sync, and k is not about to
 // go idle (an idle key syncs to hand its lease back), after its first
 // restSyncs syncs. Keys split into
 // stripes or lease shards, paced, or handing over from shards, sync
@@ -74,8 +73,7 @@ func (l *Limiter) rests(k *keyState, now int64) bool {
 	margin := 2*iv + iv/5 + l.syncs.rtt + l.syncs.pace.lag // the round after next, however late the loop runs
 	if !k.hasGrant.Load() || k.syncs < restSyncs || k.expires-now <= margin || k.failing.Load() || k.leaving ||
 		k.lshards != nil || k.stripes.Load() != nil || k.policy().paced || k.handover.pending ||
-		k.refused.Load() != k.refusedSeen || now-k.activeAt > l.idleAfter()-3*iv ||
-		k.fleetRemaining.Load() < k.policy().capacity*3/4 {
+		k.refused.Load() != k.refusedSeen || now-k.activeAt > l.idleAfter()-3*iv {
 		return false
 	}
 	// Keys that came together (a node's start) rest on leases that

@@ -304,10 +304,17 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		l := grantFrom(st.tokens, burst)
 		st.tokens -= l
 		st.ts = now
-		me.lease, me.granted, me.ttl = l+carry, now, 0
-		if hold > 2*interval && l > 0 && slack > 0 && st.tokens >= burst*3/4 {
-			me.ttl = min(hold, 1000*interval) // the key rests on the node (see leaseTokenBucket)
+		me.ttl = 0
+		if hold > 2*interval && l > 0 && slack > 0 { // the key rests on the node (see leaseTokenBucket)
+			part := math.Ceil(burst / float64(4*count))
+			if l > part && demand <= part {
+				st.tokens, l = st.tokens+l-part, part
+			}
+			if l <= part && st.tokens+out >= burst*3/4 {
+				me.ttl = min(hold, 1000*interval)
+			}
 		}
+		me.lease, me.granted = l+carry, now
 		if carry > 0 {
 			me.ttl = max(me.ttl, restUntil-now) // a resting lease carried stays counted while it stands
 		}

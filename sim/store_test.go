@@ -207,8 +207,8 @@ func TestStoreMatchesRedisPaced(t *testing.T) {
 // for the node's Hold (fleet.Request.Hold): a key well under its limit
 // rests on a node, which is counted active, its lease live, until the
 // lease lapses, though it is silent for longer than the stale horizon;
-// a grant that leaves less than three quarters of the burst stands two
-// intervals; a restarted process (another series) gets nothing back of
+// a lease beyond its part of a quarter of the burst (a node demanding
+// more) stands two intervals; a restarted process (another series) gets nothing back of
 // its old resting lease; silent nodes are reserved for on the ladder
 // from when their lease lapsed.
 func TestStoreMatchesRedisRest(t *testing.T) {
@@ -228,11 +228,11 @@ func TestStoreMatchesRedisRest(t *testing.T) {
 	}{
 		{"a", fleet.Usage{Demand: 100, Series: 1}, 0, hold, 1, 100},
 		{"b", fleet.Usage{Demand: 100, Series: 3}, 100 * time.Millisecond, hold, 2, 200},
-		{"c", fleet.Usage{Demand: 100}, 0, 2 * interval, 3, 300},                                     // a and b rest: active, their leases out; the bucket left below 3/4
+		{"c", fleet.Usage{Demand: 100}, 0, 2 * interval, 3, 300},                                     // a and b rest: active, their leases out; 100 beyond c's part (1,000 / 4 / 3)
 		{"a", fleet.Usage{Consumed: 60, Demand: 100, Series: 1, Total: 60}, 0, 2 * interval, 3, 360}, // a's resting lease is live: 40 back
-		{"b", fleet.Usage{Consumed: 10, Demand: 10, Series: 4, Total: 10}, 0, 2 * interval, 3, 370},  // b restarted: nothing back of its old lease
-		{"d", fleet.Usage{Demand: 10}, 400 * time.Millisecond, 2 * interval, 4, 380},
-		{"c", fleet.Usage{Consumed: 100, Demand: 10}, 0, 2 * interval, 1, 390}, // every other lease lapsed: c alone, the others reserved for
+		{"b", fleet.Usage{Consumed: 10, Demand: 10, Series: 4, Total: 10}, 0, hold, 3, 370},          // b restarted: nothing back of its old lease; 10 within its part (1,000 / 4 / 3), and spent and leased within a quarter: rests
+		{"d", fleet.Usage{Demand: 10}, 400 * time.Millisecond, hold, 4, 380},
+		{"c", fleet.Usage{Consumed: 100, Demand: 10}, 0, 2 * interval, 1, 390}, // every other lease lapsed: c alone, the others reserved for; 390 spent, reserved and leased, over a quarter: no rest
 	}
 	for i, s := range steps {
 		s.u.Key, s.u.Limit = "rest", lim
