@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"time"
+	"unsafe"
 )
 
 // NodesOf is how many active nodes key's last grant on l reported; 0 if
@@ -25,3 +26,7 @@ const DefaultHotKeyShards = defaultHotKeyShards
 // (internal/manual), for the tests that drive early syncs.
 func (l *Limiter) SyncEarly(ctx context.Context) error { return l.syncWaiting(ctx) }
 func (l *Limiter) EarlyGap() time.Duration             { return time.Duration(l.earlyGap()) }
+
+// KeyStateSize is the size of a key's state, for the benchmarks that
+// compare a decision with a map lookup over values as large.
+const KeyStateSize = unsafe.Sizeof(keyState{})

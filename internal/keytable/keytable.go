@@ -8,8 +8,12 @@
 // keys far less often than it looks them up.
 //
 // The table is open addressing with linear probing over a power-of-two
-// array of slots, each a hash and a pointer, kept at most half full
-// (counting deleted slots): a lookup ends at the first empty slot. Keys
+// array of slots, each a hash and a pointer, kept at most three
+// quarters full (counting deleted slots), at most half just after it
+// grows: a lookup ends at the first empty slot. (Kept at most half full
+// and grown to a quarter, a million keys' slots took 64 MB; half of that
+// now, for the same lookups within the machine's noise, and 42 bytes a
+// key less in BenchmarkMemoryPerKey.) Keys
 // are hashed with hash/maphash under a seed of the table's own, so that
 // the keys clients choose (API keys, IPs) cannot be chosen to collide.
 // Growing builds a new array under the mutex and publishes it whole;
@@ -116,7 +120,7 @@ func (t *Table[V]) LoadOrStore(v *V) (actual *V, loaded bool) {
 	if free >= 0 {
 		i = uint64(free)
 	} else {
-		if 2*(s.used+1) > len(s.s) {
+		if 4*(s.used+1) > 3*len(s.s) {
 			s = t.grow(s)
 			t.put(s, h, v)
 			t.live.Add(1)
@@ -135,7 +139,7 @@ func (t *Table[V]) LoadOrStore(v *V) (actual *V, loaded bool) {
 // for one more. Under t.mu.
 func (t *Table[V]) grow(s *slots[V]) *slots[V] {
 	n := minSlots
-	for n < 4*(int(t.live.Load())+1) {
+	for n < 2*(int(t.live.Load())+1) {
 		n *= 2
 	}
 	ns := newSlots[V](n)
