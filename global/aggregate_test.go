@@ -136,7 +136,7 @@ func TestCorruptAggregate(t *testing.T) {
 		"aD": "1e17", // demand beyond 2^53 a node
 		"aN": "3e9",  // more nodes than a reply counts (2^31 - 1)
 	}
-	for _, field := range []string{"aT", "aI", "aD", "aN", "aO"} {
+	for _, field := range []string{"aT", "aI", "aD", "aN", "aO", "aR"} {
 		values := bad
 		if v, ok := beyond[field]; ok {
 			values = append(values[:len(values):len(values)], v)

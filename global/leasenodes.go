@@ -15,11 +15,11 @@ const leaseNodes = `
 -- counted out whichever scans.
 local function counted(h, n, T, st, iv)
   local seen = stored(h['s:' .. n], 's:' .. n, 0)
-  if not seen then return false, false end
+  if not seen then return false, false, false end
   local rest = restsUntil(h, n, iv)
   local active = T - seen <= st or T <= rest
   local live = active and (T <= rest or (stored(h['g:' .. n], 'g:' .. n, 0) or 0) >= T - 2 * iv)
-  return active, live
+  return active, live, T <= rest
 end
 
 -- scan reads every node recorded on key (h, from readState) but node,
@@ -31,20 +31,22 @@ end
 -- then on, not from its last sync. A node quiet for more than keep µs
 -- is forgotten: its fields are deleted.
 local function scan(h, key, node, now, stale, keep, interval)
-  local total, count, out, silent = 0, 0, 0, {}
+  local total, count, out, resting, silent = 0, 0, 0, 0, {}
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
       local n = string.sub(f, 3)
       if n ~= node then
         local seen = stored(v, f, 0)
         local rest = restsUntil(h, n, interval)
-        local active, live = counted(h, n, now, stale, interval)
+        local active, live, rests = counted(h, n, now, stale, interval)
         if now - math.max(seen, rest - 2 * interval) > keep then
           redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 't:' .. n)
         elseif active then
           count = count + 1
           total = total + (stored(h['d:' .. n], 'd:' .. n, 0) or 0)
-          if live then out = out + (stored(h['l:' .. n], 'l:' .. n, 0) or 0) end
+          local l = stored(h['l:' .. n], 'l:' .. n, 0) or 0
+          if live then out = out + l end
+          if rests then resting = resting + l end
         else
           local d = stored(h['d:' .. n], 'd:' .. n, 0) or 0
           if d > 0 then
@@ -54,7 +56,7 @@ local function scan(h, key, node, now, stale, keep, interval)
       end
     end
   end
-  return total, count, out, silent
+  return total, count, out, resting, silent
 end
 
 -- aggregate is an aggregate field's value, or nil if it is missing or
@@ -86,28 +88,30 @@ end
 -- aN stays below 2^31 - 1, the most nodes a reply may count.
 local function fleetOf(key, h, read, node, now, stale, keep, interval)
   local a = {T = aggregate(h['aT'], 0, now), iv = aggregate(h['aI'], 1, 1000 * interval),
-    N = aggregate(h['aN'], 0, 2147483645), O = aggregate(h['aO'], 0, huge)}
+    N = aggregate(h['aN'], 0, 2147483645), O = aggregate(h['aO'], 0, huge), R = aggregate(h['aR'], 0, huge)}
   a.D = aggregate(h['aD'], 0, (a.N or 0) * maxLimit)
   local silent = {}
-  if not (a.T and a.iv and a.D and a.N and a.O) or now - a.T >= interval then
-    a.D, a.N, a.O, a.T, a.iv = 0, 0, 0, now, interval
+  if not (a.T and a.iv and a.D and a.N and a.O and a.R) or now - a.T >= interval then
+    a.D, a.N, a.O, a.R, a.T, a.iv = 0, 0, 0, 0, now, interval
     -- A hash that holds no field but those read (a key on one node)
     -- has no other node to scan, and keeps no aggregate (see
     -- aggregated): one kept from other nodes since gone is deleted.
     if redis.call('HLEN', key) > read then
-      a.D, a.N, a.O, silent = scan(readState(key), key, node, now, stale, keep, interval)
+      a.D, a.N, a.O, a.R, silent = scan(readState(key), key, node, now, stale, keep, interval)
     else
       a.alone = true
-      if h['aT'] or h['aI'] or h['aD'] or h['aN'] or h['aO'] then redis.call('HDEL', key, 'aT', 'aI', 'aD', 'aN', 'aO') end
+      if h['aT'] or h['aI'] or h['aD'] or h['aN'] or h['aO'] or h['aR'] then redis.call('HDEL', key, 'aT', 'aI', 'aD', 'aN', 'aO', 'aR') end
     end
     return a, silent
   end
-  local active, live = counted(h, node, a.T, staleIntervals * a.iv, a.iv)
+  local active, live, rests = counted(h, node, a.T, staleIntervals * a.iv, a.iv)
   if active then
     a.D = math.max(0, a.D - (stored(h['d:' .. node], 'd:' .. node, 0) or 0))
     a.N = math.max(0, a.N - 1)
   end
-  if live then a.O = math.max(0, a.O - (stored(h['l:' .. node], 'l:' .. node, 0) or 0)) end
+  local l = stored(h['l:' .. node], 'l:' .. node, 0) or 0
+  if live then a.O = math.max(0, a.O - l) end
+  if rests then a.R = math.max(0, a.R - l) end
   return a, silent
 end
 
@@ -116,11 +120,12 @@ end
 -- sliding window, whose leases counted does not count live). A key on
 -- its node alone keeps none (64 bytes of its hash): the next lease finds
 -- nothing to scan.
-local function aggregated(f, a, demand, lease)
+local function aggregated(f, a, demand, lease, resting)
   if a.alone then return f end
   local n = #f
   f[n + 1], f[n + 2], f[n + 3], f[n + 4], f[n + 5], f[n + 6] = 'aT', a.T, 'aI', a.iv, 'aD', clampN(a.D + demand)
   f[n + 7], f[n + 8], f[n + 9], f[n + 10] = 'aN', a.N + 1, 'aO', clampN(a.O + lease)
+  f[n + 11], f[n + 12] = 'aR', clampN(a.R + resting)
   return f
 end
 `

@@ -44,7 +44,7 @@ end
 -- nodes' fields: the key's, the node's and the fleet's aggregate (see
 -- fleetOf), one HMGET whose cost does not grow with the nodes on the key.
 local function readOwn(key, node)
-  local f = {'tokens', 'ts', 'b', 'x', 'w', 'cur', 'prev', 'aT', 'aI', 'aD', 'aN', 'aO',
+  local f = {'tokens', 'ts', 'b', 'x', 'w', 'cur', 'prev', 'aT', 'aI', 'aD', 'aN', 'aO', 'aR',
     's:' .. node, 'd:' .. node, 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node, 'p:' .. node, 't:' .. node}
   local v = redis.call('HMGET', key, unpack(f))
   local h, n = {}, 0
@@ -300,36 +300,42 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   -- A key well under its limit may rest on the node for as long as the
   -- node asked (fleet.Request.Hold): its lease stands that long, and the
   -- node is counted active until it lapses. Only while what is spent
-  -- and this lease come to at most a quarter of the burst (three
-  -- quarters stay in the bucket or on loan to the other nodes), and for
+  -- and this lease come to at most a quarter of the burst (the leases
+  -- on loan and the bucket keep three quarters), the resting leases
+  -- (the others', a.R, and this one) to at most a quarter too, and for
   -- a lease of at most a quarter of the burst's part of each active
-  -- node, so that resting leases together hold about a quarter of it: a
-  -- node that rests a key does not hear the others take it up. A lease
-  -- beyond that part, of a node that demands no more, is cut to it: the
-  -- slack that lets an awake node absorb a burst (slackOf) took a fifth
-  -- of the burst a node, so that with two nodes on a key the bucket
-  -- kept less than three quarters and no key rested (the simulator's
-  -- zipf: 296 key syncs a second on one node, 10,886 on two, 60,546 on
-  -- eight, for 1,000 decisions a second a node).
+  -- node: a node that rests a key does not hear the others take it up,
+  -- and they keep half the burst and the whole rate whatever the
+  -- resting nodes do. A lease beyond that
+  -- part, of a node that demands no more, is cut to it if it then
+  -- rests: the slack that lets an awake node absorb a burst (slackOf)
+  -- took a fifth of the burst a node, so that with two nodes on a key
+  -- the bucket kept less than three quarters and no key rested (the
+  -- rule was three quarters in the bucket after the grant; the
+  -- simulator's zipf: 296 key syncs a second on one node, 10,886 on
+  -- two, 60,546 on eight, for 1,000 decisions a second a node).
   local rest = 0
   if hold > 2 * interval and lease > 0 and most > 0 then
-    local part = math.ceil(burst / (4 * count))
-    if lease > part and demand <= part then
-      tokens, lease = tokens + lease - part, part
-    end
-    if lease <= part and tokens + out >= burst * 3 / 4 then
+    local part = math.floor(burst / (4 * count))
+    local cut = lease
+    if lease > part and demand <= part then cut = part end
+    if cut >= 1 and cut <= part and tokens + lease - cut + out >= burst * 3 / 4 and a.R + cut <= burst / 4 then
+      tokens, lease = tokens + lease - cut, cut
       rest = math.min(hold, 1000 * interval)
     end
   end
   -- A resting lease carried beside the new one (a late report) stays
-  -- counted as long as it stands.
-  if carry > 0 then rest = math.max(rest, restsUntil(h, node, interval) - now) end
+  -- counted as long as it stands; the node is told the new grant's TTL
+  -- alone, so that it rests only on a grant that may.
   local ttlLease = math.max(2 * interval, rest)
+  if carry > 0 then rest = math.max(rest, restsUntil(h, node, interval) - now) end
+  local resting = 0
+  if rest > 0 then resting = lease + carry end
 
   if settled then redis.call('HDEL', key, 'p:' .. node) end
   writeState(h, key, now, ttl, aggregated({'tokens', tokens, 'ts', now, 'b', burst,
     'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now,
-    't:' .. node, rest}, a, demand, lease + carry), node, series, upto)
+    't:' .. node, rest}, a, demand, lease + carry, resting), node, series, upto)
 
   local reset = 0
   if tokens < burst then reset = math.min(huge, math.ceil((burst - tokens) / rate)) end
@@ -394,7 +400,7 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   cur = clampN(cur + lease + ahead)
 
   writeState(h, key, now, ttl, aggregated({'w', w, 'cur', cur, 'prev', prevc,
-    'l:' .. node, lease + ahead + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now}, a, demand, 0), node, series, upto)
+    'l:' .. node, lease + ahead + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now}, a, demand, 0, 0), node, series, upto)
 
   local remaining = math.max(0, avail - lease - ahead)
   local reset = 0

@@ -34,7 +34,8 @@ import (
 //	t:<node>          token bucket: how long its lease stands, if granted
 //	                  to rest on (µs; see leaseTokenBucket)
 //	x                 when the hash expires (µs; see writeState)
-//	aT, aI, aD, aN, aO the nodes' aggregate, on a key of more than one
+//	aT, aI, aD,       the nodes' aggregate, on a key of more than one
+//	aN, aO, aR
 //	                  node (see leaseNodes)
 //
 // A node not seen for stale microseconds stops counting as active; its
@@ -423,7 +424,7 @@ var chargeLease = redis.NewScript(storedNum + leaseCommon + leaseNodes + leaseNo
 local stale = tonumber(ARGV[7])
 if stale > 0 then
   scan(readState(KEYS[1]), KEYS[1], '', now, stale, stale, stale / 3) -- forgets them at once (but those resting on a lease)
-  redis.call('HDEL', KEYS[1], 'aT', 'aI', 'aD', 'aN', 'aO') -- the next lease counts the nodes afresh (see fleetOf)
+  redis.call('HDEL', KEYS[1], 'aT', 'aI', 'aD', 'aN', 'aO', 'aR') -- the next lease counts the nodes afresh (see fleetOf)
 end
 local cap = burst
 if sw then cap = limit end

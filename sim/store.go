@@ -54,16 +54,18 @@ type aggregate struct {
 	demand    float64
 	nodes     int
 	out       float64 // live leases (token bucket)
+	resting   float64 // those of them granted to rest on
 }
 
 // counted is the scripts' counted: whether o was active at t by
-// interval iv and stale horizon st, and its token-bucket lease live then
-// (a sliding window's granted is a window number: never live).
-func (o *nodeLease) counted(t, st, iv int64) (active, live bool) {
+// interval iv and stale horizon st, its token-bucket lease live then
+// (a sliding window's granted is a window number: never live), and
+// resting.
+func (o *nodeLease) counted(t, st, iv int64) (active, live, rests bool) {
 	rest := o.restsUntil(iv)
 	active = t-o.seen <= st || t <= rest
 	live = active && (t <= rest || o.granted >= t-2*iv)
-	return active, live
+	return active, live, t <= rest
 }
 
 type nodeLease struct {
@@ -216,7 +218,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 				delete(st.nodes, n)
 				continue
 			}
-			active, live := o.counted(now, stale, interval)
+			active, live, rests := o.counted(now, stale, interval)
 			if !active {
 				if tb && o.demand > 0 {
 					silent = append(silent, o) // kept to settle its lease and reserved, no longer active
@@ -228,14 +230,20 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			if live {
 				a.out += o.lease
 			}
+			if rests {
+				a.resting += o.lease
+			}
 		}
 	} else if !fresh {
-		active, live := me.counted(a.t, a.st, a.iv)
+		active, live, rests := me.counted(a.t, a.st, a.iv)
 		if active {
 			a.demand, a.nodes = max(0, a.demand-me.demand), max(0, a.nodes-1)
 		}
 		if live {
 			a.out = max(0, a.out-me.lease)
+		}
+		if rests {
+			a.resting = max(0, a.resting-me.lease)
 		}
 	}
 	total, count, out := demand+a.demand, a.nodes+1, a.out
@@ -306,19 +314,21 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		st.ts = now
 		me.ttl = 0
 		if hold > 2*interval && l > 0 && slack > 0 { // the key rests on the node (see leaseTokenBucket)
-			part := math.Ceil(burst / float64(4*count))
+			part := math.Floor(burst / float64(4*count))
+			cut := l
 			if l > part && demand <= part {
-				st.tokens, l = st.tokens+l-part, part
+				cut = part
 			}
-			if l <= part && st.tokens+out >= burst*3/4 {
+			if cut >= 1 && cut <= part && st.tokens+l-cut+out >= burst*3/4 && a.resting+cut <= burst/4 {
+				st.tokens, l = st.tokens+l-cut, cut
 				me.ttl = min(hold, 1000*interval)
 			}
 		}
 		me.lease, me.granted = l+carry, now
+		g.TTL = time.Duration(max(2*interval, me.ttl)) * time.Microsecond // the new grant's alone
 		if carry > 0 {
 			me.ttl = max(me.ttl, restUntil-now) // a resting lease carried stays counted while it stands
 		}
-		g.TTL = time.Duration(max(2*interval, me.ttl)) * time.Microsecond
 		g.Lease, g.Used = int64(l), int64(math.Ceil(burst-st.tokens))
 		g.Remaining = max(0, int64(math.Floor(st.tokens)))
 		if st.tokens < burst {
@@ -385,6 +395,9 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	a.demand, a.nodes = a.demand+demand, a.nodes+1 // this lease in place of its node's last
 	if tb {
 		a.out += me.lease
+		if me.ttl > 0 {
+			a.resting += me.lease
+		}
 	}
 	a.ok = !alone
 	return g

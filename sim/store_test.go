@@ -227,12 +227,13 @@ func TestStoreMatchesRedisRest(t *testing.T) {
 		used  int64
 	}{
 		{"a", fleet.Usage{Demand: 100, Series: 1}, 0, hold, 1, 100},
-		{"b", fleet.Usage{Demand: 100, Series: 3}, 100 * time.Millisecond, hold, 2, 200},
-		{"c", fleet.Usage{Demand: 100}, 0, 2 * interval, 3, 300},                                     // a and b rest: active, their leases out; 100 beyond c's part (1,000 / 4 / 3)
-		{"a", fleet.Usage{Consumed: 60, Demand: 100, Series: 1, Total: 60}, 0, 2 * interval, 3, 360}, // a's resting lease is live: 40 back
-		{"b", fleet.Usage{Consumed: 10, Demand: 10, Series: 4, Total: 10}, 0, hold, 3, 370},          // b restarted: nothing back of its old lease; 10 within its part (1,000 / 4 / 3), and spent and leased within a quarter: rests
-		{"d", fleet.Usage{Demand: 10}, 400 * time.Millisecond, hold, 4, 380},
-		{"c", fleet.Usage{Consumed: 100, Demand: 10}, 0, 2 * interval, 1, 390}, // every other lease lapsed: c alone, the others reserved for; 390 spent, reserved and leased, over a quarter: no rest
+		{"b", fleet.Usage{Demand: 50, Series: 3}, 100 * time.Millisecond, hold, 2, 150},              // within its part, 1,000 / 4 / 2
+		{"c", fleet.Usage{Demand: 100}, 0, 2 * interval, 3, 250},                                     // a and b rest: active, their leases out; 100 beyond c's part (1,000 / 4 / 3)
+		{"a", fleet.Usage{Consumed: 60, Demand: 100, Series: 1, Total: 60}, 0, 2 * interval, 3, 310}, // a's resting lease is live: 40 back
+		{"b", fleet.Usage{Consumed: 10, Demand: 10, Series: 4, Total: 10}, 0, hold, 3, 320},          // b restarted: nothing back of its old lease; 10 within its part, and spent, resting and leased within a quarter: rests
+		{"d", fleet.Usage{Demand: 10}, 0, hold, 4, 330},                                              // spent (120), resting (b's 10) and leased within a quarter
+		{"e", fleet.Usage{Demand: 10}, 400 * time.Millisecond, hold, 5, 340},
+		{"c", fleet.Usage{Consumed: 100, Demand: 10}, 0, 2 * interval, 1, 350}, // every other lease lapsed: c alone, the others reserved for; 350 spent, reserved and leased, over a quarter: no rest
 	}
 	for i, s := range steps {
 		s.u.Key, s.u.Limit = "rest", lim
