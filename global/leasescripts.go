@@ -302,11 +302,14 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   -- node is counted active until it lapses. Only while what is spent
   -- and this lease come to at most a quarter of the burst (the leases
   -- on loan and the bucket keep three quarters), the resting leases
-  -- (the others', a.R, and this one) to at most a quarter too, and for
-  -- a lease of at most a quarter of the burst's part of each active
-  -- node: a node that rests a key does not hear the others take it up,
-  -- and they keep half the burst and the whole rate whatever the
-  -- resting nodes do. A lease beyond that
+  -- (the others', a.R, and this one) to at most half, and for a lease
+  -- of at most a quarter of the burst's part of each active node: a
+  -- node that rests a key does not hear the others take it up, and they
+  -- keep a quarter of the burst and the whole rate whatever the resting
+  -- nodes do. (Half, not a quarter: parts are sized to the nodes active
+  -- when granted, and a fleet whose count moved by one left its last
+  -- node without room, so that on a loaded CI four nodes ran 0.59
+  -- commands a decision, not 0.007.) A lease beyond that
   -- part, of a node that demands no more, is cut to it if it then
   -- rests: the slack that lets an awake node absorb a burst (slackOf)
   -- took a fifth of the burst a node, so that with two nodes on a key
@@ -319,7 +322,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
     local part = math.floor(burst / (4 * count))
     local cut = lease
     if lease > part and demand <= part then cut = part end
-    if cut >= 1 and cut <= part and tokens + lease - cut + out >= burst * 3 / 4 and a.R + cut <= burst / 4 then
+    if cut >= 1 and cut <= part and tokens + lease - cut + out >= burst * 3 / 4 and a.R + cut <= burst / 2 then
       tokens, lease = tokens + lease - cut, cut
       rest = math.min(hold, 1000 * interval)
     end

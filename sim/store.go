@@ -319,7 +319,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			if l > part && demand <= part {
 				cut = part
 			}
-			if cut >= 1 && cut <= part && st.tokens+l-cut+out >= burst*3/4 && a.resting+cut <= burst/4 {
+			if cut >= 1 && cut <= part && st.tokens+l-cut+out >= burst*3/4 && a.resting+cut <= burst/2 {
 				st.tokens, l = st.tokens+l-cut, cut
 				me.ttl = min(hold, 1000*interval)
 			}
