@@ -118,7 +118,7 @@ end
 -- aggregated adds to f (the fields a lease writes) the aggregate a with
 -- node's lease in place of its last: its demand, and lease (0 from a
 -- sliding window, whose leases counted does not count live). A key on
--- its node alone keeps none (64 bytes of its hash): the next lease finds
+-- its node alone keeps none (64 bytes or more of its hash): the next lease finds
 -- nothing to scan.
 local function aggregated(f, a, demand, lease, resting)
   if a.alone then return f end

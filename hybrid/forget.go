@@ -44,7 +44,7 @@ func (l *Limiter) idleAfter() int64 {
 // MaxKeys: keys are then forgotten after two Intervals idle. It notes
 // when it last was, for wasCrowded.
 func (l *Limiter) crowded() bool {
-	if l.nkeys.Load() <= int64(l.cfg.MaxKeys)/4*3 {
+	if l.keys.Len() <= l.cfg.MaxKeys/4*3 {
 		return false
 	}
 	if now := l.now(); now > l.crowdedAt.Load() {
@@ -70,7 +70,6 @@ func (l *Limiter) forget(k *keyState) {
 	k.retired.Store(true)
 	if l.keys.CompareAndDelete(k) {
 		l.wanted.Delete(k.key)
-		l.nkeys.Add(-1)
 		l.rounds.forgotten.Add(1)
 		l.keyForgotten(k)
 		k.resetFallback() // sized to its own limit, local would keep it
@@ -115,5 +114,5 @@ func (l *Limiter) makeRoom() bool {
 			return true
 		})
 	}
-	return l.nkeys.Load() < int64(l.cfg.MaxKeys)
+	return l.keys.Len() < l.cfg.MaxKeys
 }

@@ -78,8 +78,7 @@ type Limiter struct {
 	unsure  atomic.Bool               // a caller's context ended a Strict call: the loop probes the store (chargeStrict)
 
 	keys      *keytable.Table[keyState]
-	wanted    sync.Map // string -> callLimit: a limit a call asked for a key, for the next round (calllimit.go)
-	nkeys     atomic.Int64
+	wanted    sync.Map     // string -> callLimit: a limit a call asked for a key, for the next round (calllimit.go)
 	crowdedAt atomic.Int64 // when the table was last seen crowded (forget.go); 0 if never
 
 	fleets    []*link          // Syncer, then Failover if set
@@ -306,7 +305,7 @@ func (l *Limiter) allowNew(key string, now, n int64, c *callLimit) (Decision, er
 			return l.errDecision(err), err
 		}
 	}
-	if l.nkeys.Load() >= int64(l.cfg.MaxKeys) && !l.makeRoom() {
+	if l.keys.Len() >= l.cfg.MaxKeys && !l.makeRoom() {
 		return l.errDecision(ErrTooManyKeys), ErrTooManyKeys
 	}
 	k := &keyState{key: key}
@@ -340,7 +339,6 @@ func (l *Limiter) allowNew(key string, now, n int64, c *callLimit) (Decision, er
 	v, loaded := l.keys.LoadOrStore(k)
 	if !loaded {
 		l.wanted.Delete(key) // a limit asked for a key of the same name, forgotten since
-		l.nkeys.Add(1)
 		if pol.Mode == Hybrid {
 			l.askEarly(k)
 		}
@@ -392,7 +390,7 @@ func (l *Limiter) earlyWanted() bool { return len(l.early) > 0 }
 // Len returns the number of keys the Limiter tracks, those its Local
 // policies hold included.
 func (l *Limiter) Len() int {
-	n := int(l.nkeys.Load())
+	n := l.keys.Len()
 	if t := l.policies(); t.localFirst {
 		for _, p := range t.list {
 			if p.Mode == Local {
