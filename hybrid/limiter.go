@@ -213,12 +213,19 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 		return l.decideOther(context.Background(), k, now, n)
 	}
 	given := now != noTime
+	at := now // what ResetAfter is reckoned from
 	if !given {
-		now = l.now()
+		if p.paced || k.until.Load() != math.MaxInt64 {
+			now = l.now()
+			at = now
+		} else {
+			at = l.sched.read.Load() // a token bucket's lease needs no clock: see tick
+		}
 	}
-	if now >= k.until.Load() {
+	if now >= k.until.Load() { // never for noTime: its until is MaxInt64
 		return l.short(k, now, n)
 	}
+	reset := k.resetAt.Load() // before the lease's compare-and-swap, so that its cache miss overlaps the lookup's
 	var left int64
 	var ok, early bool
 	if set := k.stripes.Load(); set != nil {
@@ -239,7 +246,10 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 		if early {
 			l.askEarly(k)
 		}
-		return makeDecision(p.capacity, k.fleetRemaining.Load()+left, 0, time.Duration(max(0, k.resetAt.Load()-now)), false), nil
+		return makeDecision(p.capacity, k.fleetRemaining.Load()+left, 0, time.Duration(max(0, reset-at)), false), nil
+	}
+	if now == noTime {
+		now = l.now()
 	}
 	return l.short(k, now, n)
 }

@@ -42,7 +42,7 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 	}
 	end := now + int64(budget)
 	for i := 0; i < len(batch); {
-		t := l.now()
+		t := l.tick()
 		if i > 0 && t >= end {
 			l.noteDeferred(len(batch)-i, len(batch))
 			return nil
@@ -142,6 +142,24 @@ type schedule struct {
 	wait     atomic.Int64 // the sync round trip at the last regular round
 	refused  atomic.Int64 // when a Hybrid key last refused while the loop ran late; 0 if never
 	refusing atomic.Int64 // when such refusals began, the last time none had been for an Interval
+	read     atomic.Int64 // the Limiter's clock as the sync loop last read it (see tick)
+}
+
+// tick reads the Limiter's clock for the sync loop, and leaves the reading
+// for the decisions that need no clock of their own: a token bucket's
+// lease is spendable until spent, whatever the time, and only its
+// Decision's ResetAfter, the fleet's estimate as of the key's last sync,
+// is reckoned from the loop's last reading (see decide). At a million
+// keys a clock read cost a decision as much as the key's lookup: the
+// clock's fence waits for the lookup's cache misses, where a map's
+// lookups overlap (BenchmarkManyKeys). The loop ticks at least every
+// Interval and every call of a long round, so ResetAfter is overstated by
+// at most that much; by more only while the loop runs late, which Health
+// reports.
+func (l *Limiter) tick() int64 {
+	t := l.now()
+	l.sched.read.Store(t)
+	return t
 }
 
 // lateRound records when a regular round starts, and how late.

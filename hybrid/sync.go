@@ -75,7 +75,7 @@ func (l *Limiter) SyncOnce(ctx context.Context) error {
 func (l *Limiter) syncOnce(ctx context.Context) (err error) {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	now := l.now()
+	now := l.tick()
 	keys := 0
 	defer func() { l.countRound(time.Duration(l.now()-now), keys, err) }()
 	l.lateRound(now)
@@ -424,7 +424,7 @@ func (l *Limiter) syncWaiting(ctx context.Context) error {
 // earlyBatch syncs first, if not nil, and the other keys waiting for an
 // early sync. syncMu is held.
 func (l *Limiter) earlyBatch(ctx context.Context, first *keyState) error {
-	now := l.now()
+	now := l.tick()
 	batch := l.syncs.batch[:0]
 	add := func(k *keyState) {
 		if k.retired.Load() {

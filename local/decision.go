@@ -67,7 +67,10 @@ func (d Decision) Remaining() int64 { return d.remaining }
 func (d Decision) RetryAfter() time.Duration { return d.retryAfter }
 
 // ResetAfter is how long until the key's bucket is back to full, if
-// nothing else is spent meanwhile.
+// nothing else is spent meanwhile. A fleet's is an estimate as of the
+// node's last sync; for a Hybrid token bucket decided from its lease it
+// is reckoned from the sync loop's last reading of the clock, so it may
+// be overstated by up to about an Interval.
 func (d Decision) ResetAfter() time.Duration { return d.resetAfter }
 
 // Degraded reports that a fleet limiter decided without its fleet: it
