@@ -48,11 +48,18 @@ const (
 // leaseArgs is how many of the lease batch's ARGV each key takes.
 const leaseArgs = 11
 
+// aliveKeep is how long, in µs, the fleet's set of nodes heard keeps a
+// node Redis no longer hears: ten minutes, far beyond a stale horizon
+// (three intervals); an older entry would only say that the node is
+// silent, as its absence does.
+const aliveKeep = 10 * 60 * 1_000_000
+
 // leaseBatch is the lease of many keys, in one script call. KEYS, in
 // pairs, are each key's state hash and lease mark. ARGV starts with what
 // the keys share: node, interval_us, stale_us, equal ("1": equal shares,
-// else demand-weighted), hold_us (fleet.Request.Hold), then the fallback
-// steps (see stepsOf); then
+// else demand-weighted), hold_us (fleet.Request.Hold), the fleet's set
+// of nodes heard (see heard; empty for none), then the fallback steps (see
+// stepsOf); then
 // leaseArgs numbers per key: its algorithm (1 sliding window, else
 // token bucket), limit, window_us, burst, consumed, demand, ttl_ms,
 // series, total (see once), whether the fallback steps are the key's
@@ -72,9 +79,9 @@ const leaseArgs = 11
 // call answers OOM.
 var leaseBatch = redis.NewScript(storedNum + leaseCommon + leaseNodes + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
 local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
-local holds = tonumber(ARGV[5])
-local steps, none = stepsOf(6), {}
-local at = 7 + #steps
+local holds, alive = tonumber(ARGV[5]), ARGV[6]
+local steps, none = stepsOf(7), {}
+local at = 8 + #steps
 -- Out of memory (maxmemory, noeviction), Redis refuses a script's
 -- writes only until its first: after one key's lease wrote (forgetting
 -- a node long gone, which Redis allows), every later key's would be
@@ -84,6 +91,19 @@ local at = 7 + #steps
 -- key out of memory.
 local oom = redis.pcall('SETRANGE', KEYS[2], 0, '')
 if type(oom) == 'table' and oom.err and string.sub(oom.err, 1, 4) == 'OOM ' then return oom end
+-- The node is heard (see heard): its time in the fleet's set. Once
+-- less than aliveKeep is left of the set's expiry, it is renewed to
+-- twice that, and nodes not heard for aliveKeep are dropped: two
+-- commands a call, not four. Under pcall: a set made another type by
+-- someone else costs the reserves' precision, not the batch.
+if alive ~= '' then
+  redis.pcall('ZADD', alive, now, node)
+  local left = redis.pcall('PTTL', alive)
+  if type(left) == 'number' and left < ` + strconv.Itoa(aliveKeep/1000) + ` then
+    redis.pcall('ZREMRANGEBYSCORE', alive, '-inf', '(' .. string.format('%.0f', now - ` + strconv.Itoa(aliveKeep) + `))
+    redis.pcall('PEXPIRE', alive, ` + strconv.Itoa(2*aliveKeep/1000) + `)
+  end
+end
 local out = {}
 for i = 1, #KEYS / 2 do
   if (i - 1) * ` + strconv.Itoa(keyWork) + ` + scanned >= ` + strconv.Itoa(batchWork) + ` then break end
@@ -94,7 +114,7 @@ for i = 1, #KEYS / 2 do
   local ok, r = pcall(lease, KEYS[2 * i - 1], KEYS[2 * i], now, node, interval, stale, equal, st,
     tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]),
     tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]), tonumber(ARGV[at + 7]), tonumber(ARGV[at + 8]),
-    ARGV[at + 10] == '1')
+    ARGV[at + 10] == '1', alive)
   if not ok then
     -- error() raises a string; a command Redis refuses, a table.
     if type(r) == 'table' and r.err then r = {err = r.err} else r = {err = tostring(r)} end
@@ -136,7 +156,7 @@ func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, 
 		it.i = i
 		items = append(items, it)
 	}
-	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == fleet.Equal), micros(req.Hold)}, fallbackArgs(req.Fallback)...)
+	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == fleet.Equal), micros(req.Hold), r.aliveKey()}, fallbackArgs(req.Fallback)...)
 	all := make([]int, len(items))
 	for i := range all {
 		all[i] = i
@@ -304,6 +324,17 @@ func (r *Redis) groups(items []leaseItem, pending []int, bySlot bool, most int, 
 		out[o.at] = append(out[o.at], i)
 	}
 	return out
+}
+
+// aliveKey is the fleet's set of nodes heard (see heard in
+// leasenodes.go), or "" on a Cluster, where a script reaches only the
+// keys of its slot: there a node that leaves a key unsynced is reserved
+// for once stale, as before the set.
+func (r *Redis) aliveKey() string {
+	if _, ok := r.cfg.Client.(*redis.ClusterClient); ok {
+		return ""
+	}
+	return r.cfg.Prefix + "alive"
 }
 
 // batchCall is the lease batch's call for the keys g of items, after the

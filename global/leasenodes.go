@@ -22,15 +22,32 @@ local function counted(h, n, T, st, iv)
   return active, live, T <= rest
 end
 
+-- heard is whether Redis heard node n, on any key, within stale µs
+-- before now: alive is the fleet's sorted set of nodes by when a lease
+-- batch of theirs last ran ('' where there is none: a Cluster, whose
+-- scripts reach the keys of their slot alone). A node Redis hears is
+-- not on its fallback ladder: a key it leaves unsynced (its rounds too
+-- long for its keys, or the key idle) it spends at most the lease it was
+-- charged for, and is not reserved for (see scan). A time ahead of now,
+-- or a set of another type, was written by no batch at this clock: the
+-- node is not believed heard.
+local function heard(alive, n, now, stale)
+  if alive == '' then return false end
+  local t = redis.pcall('ZSCORE', alive, n)
+  if type(t) ~= 'string' then return false end
+  t = tonumber(t)
+  return t ~= nil and t >= now - stale and t <= now
+end
+
 -- scan reads every node recorded on key (h, from readState) but node,
 -- and returns the active ones' total demand, their count and their
 -- live token-bucket leases, by counted at now; and the
--- silent ones: not heard from for stale µs, demanding something when
--- last heard. A node resting the key (its lease granted for longer) is
+-- silent ones: not heard from for stale µs, on this key or any other
+-- (heard), demanding something when last heard. A node resting the key (its lease granted for longer) is
 -- active, and its lease live, until the lease lapses, and quiet from
 -- then on, not from its last sync. A node quiet for more than keep µs
 -- is forgotten: its fields are deleted.
-local function scan(h, key, node, now, stale, keep, interval)
+local function scan(h, key, node, now, stale, keep, interval, alive)
   local total, count, out, resting, silent = 0, 0, 0, 0, {}
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
@@ -49,7 +66,7 @@ local function scan(h, key, node, now, stale, keep, interval)
           if rests then resting = resting + l end
         else
           local d = stored(h['d:' .. n], 'd:' .. n, 0) or 0
-          if d > 0 then
+          if d > 0 and not heard(alive, n, now, stale) then
             silent[#silent + 1] = {n = n, seen = math.max(seen, rest - 2 * interval), d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
           end
         end
@@ -86,7 +103,7 @@ end
 -- than an interval: as a false tokens would, it may shift shares, hold
 -- tokens back, or (live leases too low) lease again what is out.
 -- aN stays below 2^31 - 1, the most nodes a reply may count.
-local function fleetOf(key, h, read, node, now, stale, keep, interval)
+local function fleetOf(key, h, read, node, now, stale, keep, interval, alive)
   local a = {T = aggregate(h['aT'], 0, now), iv = aggregate(h['aI'], 1, 1000 * interval),
     N = aggregate(h['aN'], 0, 2147483645), O = aggregate(h['aO'], 0, huge), R = aggregate(h['aR'], 0, huge)}
   a.D = aggregate(h['aD'], 0, (a.N or 0) * maxLimit)
@@ -97,7 +114,7 @@ local function fleetOf(key, h, read, node, now, stale, keep, interval)
     -- has no other node to scan, and keeps no aggregate (see
     -- aggregated): one kept from other nodes since gone is deleted.
     if redis.call('HLEN', key) > read then
-      a.D, a.N, a.O, a.R, silent = scan(readState(key), key, node, now, stale, keep, interval)
+      a.D, a.N, a.O, a.R, silent = scan(readState(key), key, node, now, stale, keep, interval, alive)
     else
       a.alone = true
       if h['aT'] or h['aI'] or h['aD'] or h['aN'] or h['aO'] or h['aR'] then redis.call('HDEL', key, 'aT', 'aI', 'aD', 'aN', 'aO', 'aR') end

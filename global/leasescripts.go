@@ -187,7 +187,8 @@ end
 // else demand-weighted); steps, the fallback steps (see stepsOf); limit;
 // window_us; burst (unused by the sliding window); consumed; demand;
 // ttl_ms; the report's series and total, rseries and rtotal (see once);
-// and, for the sliding window, paced (see fleet.Usage.Paced).
+// for the sliding window, paced (see fleet.Usage.Paced); and alive, the
+// fleet's set of nodes heard (see heard).
 //
 // Each returns {lease, lease_ttl_us, used, remaining, nodes,
 // weight*1e6, reset_after_us, now_us, 0, 0, paced, paced_for_us}; or, for a key whose leases
@@ -216,7 +217,7 @@ end
 // They follow storedNum, leaseCommon, leaseNodes, slackOf, tokenRefill, slidingRoll
 // and leaseMarkFn.
 const leaseFns = `
-local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, steps, limit, window, burst, consumed, demand, ttl, rseries, rtotal)
+local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, steps, limit, window, burst, consumed, demand, ttl, rseries, rtotal, _, alive)
   local marked, _, markLeft = leaseMark(mark, now)
   if marked then return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft, 0, 0} end
   local rate = limit / window
@@ -289,7 +290,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   local most = slackOf(limit, window, interval)
   local grace = steps[#steps - 1] or 0
   local keep = math.max(stale + math.min(window, 100 * interval), grace + 2 * interval)
-  local a, silent = fleetOf(key, h, read, node, now, stale, keep, interval)
+  local a, silent = fleetOf(key, h, read, node, now, stale, keep, interval, alive)
   local total, count, out = a.D + demand, a.N + 1, a.O
   tokens = math.min(tokens, burst - out)
   tokens = tokens - reserve(key, silent, total, count, equal, rate, interval, now, steps)
@@ -347,7 +348,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   return {lease, ttlLease, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now, 0, 0, 0, 0}
 end
 
-local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, steps, limit, window, burst, consumed, demand, ttl, rseries, rtotal, paced)
+local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, steps, limit, window, burst, consumed, demand, ttl, rseries, rtotal, paced, alive)
   local marked, _, markLeft = leaseMark(mark, now)
   if marked then return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft, 0, 0} end
   local w = math.floor(now / window)
@@ -379,7 +380,7 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   local avail = limit - est
   if avail < 0 then avail = 0 end
 
-  local a = fleetOf(key, h, read, node, now, stale, stale + math.min(window, 100 * interval), interval)
+  local a = fleetOf(key, h, read, node, now, stale, stale + math.min(window, 100 * interval), interval, alive)
   local total, count = a.D + demand, a.N + 1
   local weight = share(demand, total, count, equal)
   local most = slackOf(limit, window, interval)

@@ -19,8 +19,9 @@ import (
 // request along, so the node's Limiter really waits in Sync while the
 // virtual clock runs and its traffic goes on.
 type store struct {
-	keys map[string]*lease
-	ops  chan *op // from a node's Sync to the event loop
+	keys  map[string]*lease
+	heard map[string]int64 // when each node's last call reached the store: global's set of nodes heard (see heard in global/leasenodes.go); nil until one did
+	ops   chan *op         // from a node's Sync to the event loop
 }
 
 // op is one Sync call in flight.
@@ -126,6 +127,12 @@ func (c syncer) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, er
 func (s *store) apply(o *op, now int64) {
 	interval := o.req.Interval.Microseconds()
 	resp := &fleet.Response{Grants: make([]fleet.Grant, len(o.req.Keys))}
+	if len(o.req.Keys) > 0 { // a lease batch ran: the node is heard
+		if s.heard == nil {
+			s.heard = map[string]int64{}
+		}
+		s.heard[o.req.Node] = now
+	}
 	for i := range o.req.Keys {
 		u := &o.req.Keys[i]
 		if err := u.Limit.Validate(); err != nil {
@@ -149,13 +156,13 @@ func (s *store) apply(o *op, now int64) {
 		if st.until-now < ttl { // PEXPIRE
 			st.until = now + 2*ttl
 		}
-		resp.Grants[i] = st.sync(o.req.Node, u, interval, hold, now, o.req.Shares == fleet.Equal, o.req.Fallback)
+		resp.Grants[i] = st.sync(o.req.Node, u, interval, hold, now, o.req.Shares == fleet.Equal, o.req.Fallback, s.heard)
 	}
 	o.resp = resp
 }
 
 // sync is the lease scripts' arithmetic for one key.
-func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, equal bool, fallback []partition.Step) fleet.Grant {
+func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, equal bool, fallback []partition.Step, heard map[string]int64) fleet.Grant {
 	lim := u.Limit
 	window := float64(lim.Window.Microseconds())
 	burst := float64(lim.Burst)
@@ -220,7 +227,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			}
 			active, live, rests := o.counted(now, stale, interval)
 			if !active {
-				if tb && o.demand > 0 {
+				if t, ok := heard[n]; tb && o.demand > 0 && (!ok || t < now-stale || t > now) { // heard on other keys: spends only its lease
 					silent = append(silent, o) // kept to settle its lease and reserved, no longer active
 				}
 				continue

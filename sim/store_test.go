@@ -118,7 +118,8 @@ func syncBoth(t *testing.T, r *global.Redis, client *redis.Client, st *store, re
 // TestStoreMatchesRedisReserve is TestStoreMatchesRedis for silent nodes
 // reserved for on their ladder: one back from silence in its series
 // (charged beyond its reserve), one restarted (a new series: charged in
-// full). The reserve grows with time (1 token a ms), so usage agrees
+// full); and one quiet on the key but heard on another, not reserved
+// for. The reserve grows with time (1 token a ms), so usage agrees
 // within what the calls' time refills: a token or two alone, 6-9 ms'
 // worth on a loaded CI under -race. The calls so far, not this one alone:
 // the simulator dates each node's last sync at its call's end, Redis
@@ -138,14 +139,20 @@ func TestStoreMatchesRedisReserve(t *testing.T) {
 	}{
 		{"b", fleet.Usage{Demand: 1000}, 0},
 		{"a", fleet.Usage{Demand: 300, Series: 1}, 0},
+		{"d", fleet.Usage{Demand: 300, Series: 2}, 0},
 		{"c", fleet.Usage{Demand: 300, Series: 4}, 250 * time.Millisecond},
-		{"b", fleet.Usage{Consumed: 1000}, 0},                       // a and c reserved for
+		{"d", fleet.Usage{Key: "elsewhere", Demand: 1}, 0},          // d is heard on another key
+		{"b", fleet.Usage{Consumed: 1000}, 0},                       // a and c reserved for, not d
 		{"a", fleet.Usage{Consumed: 150, Series: 1, Total: 150}, 0}, // back: 150 within its reserve
 		{"c", fleet.Usage{Consumed: 150, Series: 5, Total: 150}, 0}, // restarted: charged in full
+		{"d", fleet.Usage{Consumed: 100, Series: 2, Total: 100}, 0}, // heard throughout: charged in full
 	}
 	var gaps time.Duration
 	for i, s := range steps {
-		s.u.Key, s.u.Limit = "reserve", lim
+		if s.u.Key == "" {
+			s.u.Key = "reserve"
+		}
+		s.u.Limit = lim
 		req := fleet.Request{Node: s.node, Interval: 10 * time.Millisecond, Fallback: fallback, Keys: []fleet.Usage{s.u}}
 		w, g, gap := syncBoth(t, r, client, st, req)
 		gaps += gap
