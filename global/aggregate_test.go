@@ -18,7 +18,7 @@ import (
 
 // TestLeaseReadsNodesOnceAnInterval: 100 nodes share a key, each
 // syncing it once an interval. A lease reads every node recorded on the
-// key only once an interval has passed since the last did (an HGETALL);
+// key at most once an interval (an HGETALL; see fleetOf for when);
 // the others read their own fields and the aggregate. Each of the 100
 // leases read all 100 nodes before (HGETALL 100 times a round), so that
 // a key on 1,000 nodes cost Redis 2-3 ms a lease.
@@ -45,7 +45,10 @@ func TestLeaseReadsNodesOnceAnInterval(t *testing.T) {
 		t.Skip("the round outlasted the interval: more than one lease may scan")
 	}
 	scans := s.Commands(t)["hgetall"]
-	assert.Equal(t, int64(1), scans, "leases that read every node in a round of %d", nodes)
+	// One scan a round at most: none here, as the aggregate holds until
+	// a node goes stale or a lease stops being live (aE), two intervals
+	// after the last round's first lease.
+	assert.LessOrEqual(t, scans, int64(1), "leases that read every node in a round of %d", nodes)
 }
 
 // TestAggregateMatchesScan sends the same leases to two keys, in the
@@ -135,8 +138,9 @@ func TestCorruptAggregate(t *testing.T) {
 		"aI": "1e17", // an interval beyond 1,000 of the lease's
 		"aD": "1e17", // demand beyond 2^53 a node
 		"aN": "3e9",  // more nodes than a reply counts (2^31 - 1)
+		"aE": "1e17", // holding for more than 1,000 intervals after aT
 	}
-	for _, field := range []string{"aT", "aI", "aD", "aN", "aO", "aR"} {
+	for _, field := range []string{"aT", "aI", "aD", "aN", "aO", "aR", "aE", "aX"} {
 		values := bad
 		if v, ok := beyond[field]; ok {
 			values = append(values[:len(values):len(values)], v)

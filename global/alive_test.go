@@ -18,7 +18,10 @@ import (
 // reserved for, as a node cut off that may spend its fallback share,
 // only if Redis stopped hearing it altogether. A node that goes on
 // syncing other keys reaches Redis, so it is not on its fallback
-// ladder: it spends at most the lease it was charged for. A node
+// ladder: it spends at most the lease it holds, which stays out of the
+// bucket until it reports (a first version of the set forgot it there
+// once two intervals had passed, as for any lease: heard, a node could
+// spend it beside a full bucket). A node
 // whose rounds are too long for its keys (8 nodes × 10,000 keys on
 // this machine) syncs each key every few seconds; each key's other
 // nodes then looked cut off, their reserves drained its bucket, no key
@@ -51,14 +54,29 @@ func TestQuietNodeIsNotSilent(t *testing.T) {
 				require.NoError(t, resp.Grants[0].Err)
 				return resp.Grants[0]
 			}
-			sync("b", "quiet", fleet.Usage{Demand: 1000})
-			sync("a", "quiet", fleet.Usage{Demand: 500}) // a is known on the key, demanding
-			for end := time.Now().Add(250 * time.Millisecond); time.Now().Before(end); time.Sleep(interval) {
+			held := sync("a", "quiet", fleet.Usage{Demand: 500}).Lease // a is known on the key, demanding, and holds a lease
+			require.Positive(t, held)
+			b := sync("b", "quiet", fleet.Usage{Demand: 1000}).Lease
+			// Heard, a stays past keep (about 1 s here), when a silent node
+			// is forgotten, and the bucket refills; silent, it is reserved
+			// for within keep.
+			quiet := 250 * time.Millisecond
+			if c.alive && !c.hijack {
+				quiet = 1500 * time.Millisecond
+			}
+			for end := time.Now().Add(quiet); time.Now().Before(end); time.Sleep(interval) {
 				if c.alive {
 					sync("a", "other", fleet.Usage{Demand: 1})
 				}
 			}
-			sync("b", "quiet", fleet.Usage{Demand: 1000}) // scans: a has not synced the key for 25 intervals
+			// b spent its lease; the bucket refilled meanwhile. a may
+			// still spend what it holds: heard, its lease is out until it
+			// reports. (Silent, it is reserved for on its ladder, but what
+			// it still holds is not counted: see docs/partitions.md.)
+			b2 := sync("b", "quiet", fleet.Usage{Consumed: b, Demand: 1000}).Lease // scans: a has not synced the key for 25 or 150 intervals
+			if c.alive && !c.hijack {
+				assert.LessOrEqual(t, held+b2, lim.Limit, "a holds %d, b leased %d: within the burst", held, b2)
+			}
 			reserved, err := s.Client(t).HGet(context.Background(), global.RedisKeyForTest("hl:", "quiet", "lease"), "p:a").Float64()
 			if c.alive && !c.hijack {
 				if err == nil {
@@ -70,4 +88,38 @@ func TestQuietNodeIsNotSilent(t *testing.T) {
 			assert.Positive(t, reserved)
 		})
 	}
+}
+
+// TestFailedCallUnheard: a node one of whose calls failed (here Redis out
+// of memory) is not scored as heard for unheardFor intervals, though its
+// next calls go through: the failed call's keys follow the FailMode or
+// the ladder meanwhile, and the other nodes must reserve for them.
+func TestFailedCallUnheard(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := s.Client(t)
+	ctx := context.Background()
+	r := newSyncer(t, s.DeadlineClient(t))
+	const interval = 10 * time.Millisecond
+	sync := func(key string) error {
+		resp, err := r.Sync(ctx, &fleet.Request{Node: "a", Interval: interval,
+			Keys: []fleet.Usage{{Key: key, Limit: fleet.Limit{Limit: 1000, Window: time.Second}, Demand: 10}}})
+		if err != nil {
+			return err
+		}
+		return resp.Grants[0].Err
+	}
+	scored := func() bool {
+		_, err := c.ZScore(ctx, "hl:alive", "a").Result()
+		return err == nil
+	}
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
+	require.Error(t, sync("k1"), "out of memory")
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "0").Err())
+	require.NoError(t, sync("k2"))
+	assert.False(t, scored(), "not scored right after a failed call")
+	time.Sleep(25 * interval)
+	require.NoError(t, sync("k2"))
+	assert.True(t, scored(), "scored again %d intervals on", 25)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -58,8 +59,9 @@ const aliveKeep = 10 * 60 * 1_000_000
 // pairs, are each key's state hash and lease mark. ARGV starts with what
 // the keys share: node, interval_us, stale_us, equal ("1": equal shares,
 // else demand-weighted), hold_us (fleet.Request.Hold), the fleet's set
-// of nodes heard (see heard; empty for none), then the fallback steps (see
-// stepsOf); then
+// of nodes heard (see heard; empty for none), whether to score the node
+// in it ("1"; see unheardFor), then the fallback steps (see stepsOf);
+// then
 // leaseArgs numbers per key: its algorithm (1 sliding window, else
 // token bucket), limit, window_us, burst, consumed, demand, ttl_ms,
 // series, total (see once), whether the fallback steps are the key's
@@ -79,9 +81,9 @@ const aliveKeep = 10 * 60 * 1_000_000
 // call answers OOM.
 var leaseBatch = redis.NewScript(storedNum + leaseCommon + leaseNodes + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
 local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
-local holds, alive = tonumber(ARGV[5]), ARGV[6]
-local steps, none = stepsOf(7), {}
-local at = 8 + #steps
+local holds, alive, score = tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1'
+local steps, none = stepsOf(8), {}
+local at = 9 + #steps
 -- Out of memory (maxmemory, noeviction), Redis refuses a script's
 -- writes only until its first: after one key's lease wrote (forgetting
 -- a node long gone, which Redis allows), every later key's would be
@@ -94,10 +96,10 @@ if type(oom) == 'table' and oom.err and string.sub(oom.err, 1, 4) == 'OOM ' then
 -- The node is heard (see heard): its time in the fleet's set. Once
 -- less than aliveKeep is left of the set's expiry, it is renewed to
 -- twice that, and nodes not heard for aliveKeep are dropped: two
--- commands a call, not four. Under pcall: a set made another type by
--- someone else costs the reserves' precision, not the batch.
-if alive ~= '' then
-  redis.pcall('ZADD', alive, now, node)
+-- commands a call, not four. Under pcall, and only once the ZADD took:
+-- a key of another type (someone else's) is left as it is, and only
+-- the reserves' precision suffers, not the batch.
+if alive ~= '' and score and type(redis.pcall('ZADD', alive, now, node)) == 'number' then
   local left = redis.pcall('PTTL', alive)
   if type(left) == 'number' and left < ` + strconv.Itoa(aliveKeep/1000) + ` then
     redis.pcall('ZREMRANGEBYSCORE', alive, '-inf', '(' .. string.format('%.0f', now - ` + strconv.Itoa(aliveKeep) + `))
@@ -156,7 +158,11 @@ func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, 
 		it.i = i
 		items = append(items, it)
 	}
-	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == fleet.Equal), micros(req.Hold), r.aliveKey()}, fallbackArgs(req.Fallback)...)
+	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == fleet.Equal), micros(req.Hold),
+		r.aliveKey(), equalArg(time.Now().UnixMicro() >= r.unheardUntil.Load())}, fallbackArgs(req.Fallback)...)
+	failed := func() { // see unheardUntil
+		r.unheardUntil.Store(time.Now().Add(unheardFor * req.Interval).UnixMicro())
+	}
 	all := make([]int, len(items))
 	for i := range all {
 		all[i] = i
@@ -178,8 +184,11 @@ func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, 
 			calls[j] = batchCall(head, items, g)
 		}
 		results, err := r.run(ctx, calls)
-		if err != nil && pass == 0 {
-			return nil, err
+		if err != nil {
+			failed()
+			if pass == 0 {
+				return nil, err
+			}
 		}
 		var next []leftOver
 		for j, g := range groups {
@@ -195,6 +204,9 @@ func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, 
 				r.crossSlot.Store(true)
 				next = append(next, leftOver{g, batchKeys, false})
 				continue
+			}
+			if res.err != nil {
+				failed()
 			}
 			ran := len(g)
 			if res.err == nil {
@@ -331,11 +343,18 @@ func (r *Redis) groups(items []leaseItem, pending []int, bySlot bool, most int, 
 // keys of its slot: there a node that leaves a key unsynced is reserved
 // for once stale, as before the set.
 func (r *Redis) aliveKey() string {
-	if _, ok := r.cfg.Client.(*redis.ClusterClient); ok {
+	if _, ok := r.cfg.Client.(*redis.ClusterClient); ok || r.crossSlot.Load() {
 		return ""
 	}
 	return r.cfg.Prefix + "alive"
 }
+
+// unheardFor is how many intervals after a call of its Sync failed a
+// node does not have Redis score it as heard: the keys of that call
+// follow the FailMode, or the ladder (hybrid retries a key cut off
+// alone every ten intervals), while the node's other calls reach Redis,
+// and the other nodes must reserve for them as for a node cut off.
+const unheardFor = 20
 
 // batchCall is the lease batch's call for the keys g of items, after the
 // shared arguments head.

@@ -22,13 +22,29 @@ local function counted(h, n, T, st, iv)
   return active, live, T <= rest
 end
 
+-- nextOf is when what counted says of active node n, as h holds its
+-- fields, at T next changes: its resting lease lapses, its lease stops
+-- being live, or it goes stale (and is then silent, or idle). Until
+-- then, a scan at T stays true of n.
+local function nextOf(h, n, T, st, iv)
+  local rest = restsUntil(h, n, iv)
+  if T <= rest then return rest end
+  local e = (stored(h['s:' .. n], 's:' .. n, 0) or 0) + st
+  local g = stored(h['g:' .. n], 'g:' .. n, 0) or 0
+  if g >= T - 2 * iv then e = math.min(e, g + 2 * iv) end
+  return e
+end
+
 -- heard is whether Redis heard node n, on any key, within stale µs
 -- before now: alive is the fleet's sorted set of nodes by when a lease
 -- batch of theirs last ran ('' where there is none: a Cluster, whose
--- scripts reach the keys of their slot alone). A node Redis hears is
--- not on its fallback ladder: a key it leaves unsynced (its rounds too
--- long for its keys, or the key idle) it spends at most the lease it was
--- charged for, and is not reserved for (see scan). A time ahead of now,
+-- scripts reach the keys of their slot alone; and '' for a sliding
+-- window, which reserves for no one). A node Redis hears is not on its
+-- fallback ladder: a key it leaves unsynced (its rounds too long for its
+-- keys, or the key idle) it spends at most the lease it holds, which a
+-- scan counts out until the node reports, rather than reserving for
+-- it (see scan). (A node whose calls fail for some keys while others
+-- go through is not believed heard for a while: see unheardFor.) A time ahead of now,
 -- or a set of another type, was written by no batch at this clock: the
 -- node is not believed heard.
 local function heard(alive, n, now, stale)
@@ -46,9 +62,9 @@ end
 -- (heard), demanding something when last heard. A node resting the key (its lease granted for longer) is
 -- active, and its lease live, until the lease lapses, and quiet from
 -- then on, not from its last sync. A node quiet for more than keep µs
--- is forgotten: its fields are deleted.
+-- is forgotten, its fields deleted, unless heard with a lease.
 local function scan(h, key, node, now, stale, keep, interval, alive)
-  local total, count, out, resting, silent = 0, 0, 0, 0, {}
+  local total, count, out, resting, silent, e = 0, 0, 0, 0, {}, now + 1000 * interval
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
       local n = string.sub(f, 3)
@@ -56,24 +72,33 @@ local function scan(h, key, node, now, stale, keep, interval, alive)
         local seen = stored(v, f, 0)
         local rest = restsUntil(h, n, interval)
         local active, live, rests = counted(h, n, now, stale, interval)
-        if now - math.max(seen, rest - 2 * interval) > keep then
+        local d, l, hears = stored(h['d:' .. n], 'd:' .. n, 0) or 0, stored(h['l:' .. n], 'l:' .. n, 0) or 0, nil
+        if not active and (d > 0 or l > 0) then hears = heard(alive, n, now, stale) end
+        if now - math.max(seen, rest - 2 * interval) > keep and not (hears and l > 0) then
+          -- (Heard, a node holding a lease is kept: it may spend it.)
           redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 't:' .. n)
         elseif active then
           count = count + 1
-          total = total + (stored(h['d:' .. n], 'd:' .. n, 0) or 0)
-          local l = stored(h['l:' .. n], 'l:' .. n, 0) or 0
+          total = total + d
           if live then out = out + l end
           if rests then resting = resting + l end
+          e = math.min(e, nextOf(h, n, now, stale, interval))
         else
-          local d = stored(h['d:' .. n], 'd:' .. n, 0) or 0
-          if d > 0 and not heard(alive, n, now, stale) then
-            silent[#silent + 1] = {n = n, seen = math.max(seen, rest - 2 * interval), d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
+          if d > 0 or l > 0 then
+            e = math.min(e, now + interval) -- reserved for an interval ahead, or heard now and perhaps not then
+            if hears then
+              -- Its lease stands until it reports: a token bucket's
+              -- lease is spendable until spent.
+              out = out + l
+            elseif d > 0 then
+              silent[#silent + 1] = {n = n, seen = math.max(seen, rest - 2 * interval), d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
+            end
           end
         end
       end
     end
   end
-  return total, count, out, resting, silent
+  return total, count, out, resting, silent, e
 end
 
 -- aggregate is an aggregate field's value, or nil if it is missing or
@@ -91,14 +116,22 @@ end
 -- (a key shared by 1,000 nodes cost 2-3 ms a lease): the hash keeps an
 -- aggregate, the nodes as a scan found them at aT (by interval aI, with
 -- staleIntervals of them as the stale horizon), with each lease since
--- in place of its node's last (aD, aN, aO). A lease scans again once an
--- interval has passed since the last scan, or when the aggregate is
--- missing or bad (not a whole number, out of range, a time ahead): so
--- one lease an interval pays for every node, and the others for their
--- own. Between scans, a node that goes stale still counts, and a lease
--- that lapses is still out, for up to an interval: a node's weight
--- moves a little late and the bucket holds back a little more, never
--- less. Silent nodes are reserved for at scans. An aggregate in range
+-- in place of its node's last (aD, aN, aO). It holds until aE: the
+-- soonest time, as the scan and each lease since saw them, that a node
+-- goes stale, its lease stops being live, or its resting lease lapses
+-- (see nextOf), and at most an interval on while a node not active
+-- demands something (it is reserved for an interval ahead, and may go
+-- unheard). A lease scans again from then, or when the aggregate is
+-- missing or bad (not a whole number, out of range, a time ahead; an
+-- aE whose aX is not aT was left by a scan of a version before aE,
+-- which holds for an interval). So a key whose nodes rest is scanned
+-- once their first lease lapses, not every interval: with 8 nodes on a
+-- key, each syncing it every few seconds, every lease scanned, about
+-- 110 µs of Redis each (BenchmarkFleetManyKeys). Between scans the
+-- aggregate is what a scan would find, but for a node's own earlier
+-- leases: aE keeps the soonest of them too, so a lease that lapses
+-- early is still out until then, never less. Silent nodes are reserved
+-- for at scans. An aggregate in range
 -- but false (written by no lease) is believed until the next scan, less
 -- than an interval: as a false tokens would, it may shift shares, hold
 -- tokens back, or (live leases too low) lease again what is out.
@@ -107,20 +140,28 @@ local function fleetOf(key, h, read, node, now, stale, keep, interval, alive)
   local a = {T = aggregate(h['aT'], 0, now), iv = aggregate(h['aI'], 1, 1000 * interval),
     N = aggregate(h['aN'], 0, 2147483645), O = aggregate(h['aO'], 0, huge), R = aggregate(h['aR'], 0, huge)}
   a.D = aggregate(h['aD'], 0, (a.N or 0) * maxLimit)
+  -- Good until aE, if the scan at aT wrote it (aX names the scan: a
+  -- scan by a version before aE leaves another); else an interval.
+  local due = (a.T or 0) + interval
+  local e = aggregate(h['aE'], a.T or 0, (a.T or 0) + 1000 * interval)
+  if e and a.T and aggregate(h['aX'], 0, now) == a.T then due = e end
   local silent = {}
-  if not (a.T and a.iv and a.D and a.N and a.O and a.R) or now - a.T >= interval then
-    a.D, a.N, a.O, a.R, a.T, a.iv = 0, 0, 0, 0, now, interval
+  if not (a.T and a.iv and a.D and a.N and a.O and a.R) or now >= due then
+    a.D, a.N, a.O, a.R, a.T, a.iv, a.E = 0, 0, 0, 0, now, interval, now + 1000 * interval
     -- A hash that holds no field but those read (a key on one node)
     -- has no other node to scan, and keeps no aggregate (see
     -- aggregated): one kept from other nodes since gone is deleted.
     if redis.call('HLEN', key) > read then
-      a.D, a.N, a.O, a.R, silent = scan(readState(key), key, node, now, stale, keep, interval, alive)
+      a.D, a.N, a.O, a.R, silent, a.E = scan(readState(key), key, node, now, stale, keep, interval, alive)
     else
       a.alone = true
-      if h['aT'] or h['aI'] or h['aD'] or h['aN'] or h['aO'] or h['aR'] then redis.call('HDEL', key, 'aT', 'aI', 'aD', 'aN', 'aO', 'aR') end
+      if h['aT'] or h['aI'] or h['aD'] or h['aN'] or h['aO'] or h['aR'] or h['aE'] or h['aX'] then
+        redis.call('HDEL', key, 'aT', 'aI', 'aD', 'aN', 'aO', 'aR', 'aE', 'aX')
+      end
     end
     return a, silent
   end
+  a.E = due
   local active, live, rests = counted(h, node, a.T, staleIntervals * a.iv, a.iv)
   if active then
     a.D = math.max(0, a.D - (stored(h['d:' .. node], 'd:' .. node, 0) or 0))
@@ -137,12 +178,13 @@ end
 -- sliding window, whose leases counted does not count live). A key on
 -- its node alone keeps none (64 bytes or more of its hash): the next lease finds
 -- nothing to scan.
-local function aggregated(f, a, demand, lease, resting)
+local function aggregated(f, a, demand, lease, resting, own)
   if a.alone then return f end
   local n = #f
   f[n + 1], f[n + 2], f[n + 3], f[n + 4], f[n + 5], f[n + 6] = 'aT', a.T, 'aI', a.iv, 'aD', clampN(a.D + demand)
   f[n + 7], f[n + 8], f[n + 9], f[n + 10] = 'aN', a.N + 1, 'aO', clampN(a.O + lease)
   f[n + 11], f[n + 12] = 'aR', clampN(a.R + resting)
+  f[n + 13], f[n + 14], f[n + 15], f[n + 16] = 'aE', math.max(a.T, math.min(a.E, own)), 'aX', a.T
   return f
 end
 `

@@ -44,7 +44,7 @@ end
 -- nodes' fields: the key's, the node's and the fleet's aggregate (see
 -- fleetOf), one HMGET whose cost does not grow with the nodes on the key.
 local function readOwn(key, node)
-  local f = {'tokens', 'ts', 'b', 'x', 'w', 'cur', 'prev', 'aT', 'aI', 'aD', 'aN', 'aO', 'aR',
+  local f = {'tokens', 'ts', 'b', 'x', 'w', 'cur', 'prev', 'aT', 'aI', 'aD', 'aN', 'aO', 'aR', 'aE', 'aX',
     's:' .. node, 'd:' .. node, 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node, 'p:' .. node, 't:' .. node}
   local v = redis.call('HMGET', key, unpack(f))
   local h, n = {}, 0
@@ -336,10 +336,13 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   local resting = 0
   if rest > 0 then resting = lease + carry end
 
+  -- When what this lease writes next changes for the others (see nextOf).
+  local own = now + stale
+  if rest > 0 then own = now + rest elseif lease + carry > 0 then own = now + 2 * interval end
   if settled then redis.call('HDEL', key, 'p:' .. node) end
   writeState(h, key, now, ttl, aggregated({'tokens', tokens, 'ts', now, 'b', burst,
     'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now,
-    't:' .. node, rest}, a, demand, lease + carry, resting), node, series, upto)
+    't:' .. node, rest}, a, demand, lease + carry, resting, own), node, series, upto)
 
   local reset = 0
   if tokens < burst then reset = math.min(huge, math.ceil((burst - tokens) / rate)) end
@@ -380,7 +383,7 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   local avail = limit - est
   if avail < 0 then avail = 0 end
 
-  local a = fleetOf(key, h, read, node, now, stale, stale + math.min(window, 100 * interval), interval, alive)
+  local a = fleetOf(key, h, read, node, now, stale, stale + math.min(window, 100 * interval), interval, '') -- reserves nothing: no need to ask who is heard
   local total, count = a.D + demand, a.N + 1
   local weight = share(demand, total, count, equal)
   local most = slackOf(limit, window, interval)
@@ -404,7 +407,7 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   cur = clampN(cur + lease + ahead)
 
   writeState(h, key, now, ttl, aggregated({'w', w, 'cur', cur, 'prev', prevc,
-    'l:' .. node, lease + ahead + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now}, a, demand, 0, 0), node, series, upto)
+    'l:' .. node, lease + ahead + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now}, a, demand, 0, 0, now + stale), node, series, upto)
 
   local remaining = math.max(0, avail - lease - ahead)
   local reset = 0

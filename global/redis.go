@@ -69,6 +69,10 @@ type Redis struct {
 	// one call (CROSSSLOT) on a client that is not a Cluster's: a Redis
 	// in Cluster mode. Every call then carries keys of one slot.
 	crossSlot atomic.Bool
+
+	// unheardUntil is until when (Unix µs) lease batches do not score the
+	// node as heard, after a call failed (see unheardFor).
+	unheardUntil atomic.Int64
 }
 
 var _ fleet.Syncer = (*Redis)(nil)

@@ -35,8 +35,8 @@ import (
 //	                  to rest on (µs; see leaseTokenBucket)
 //	x                 when the hash expires (µs; see writeState)
 //	aT, aI, aD,       the nodes' aggregate, on a key of more than one
-//	aN, aO, aR
-//	                  node (see leaseNodes)
+//	aN, aO, aR,       node (see leaseNodes), good until aE if aX, the
+//	aE, aX            scan it was written for, is aT
 //
 // A node not seen for stale microseconds stops counting as active; its
 // fields are deleted a while later (see leaseCommon), and its lease, if
@@ -424,7 +424,7 @@ var chargeLease = redis.NewScript(storedNum + leaseCommon + leaseNodes + leaseNo
 local stale = tonumber(ARGV[7])
 if stale > 0 then
   scan(readState(KEYS[1]), KEYS[1], '', now, stale, stale, stale / 3) -- forgets them at once (but those resting on a lease)
-  redis.call('HDEL', KEYS[1], 'aT', 'aI', 'aD', 'aN', 'aO', 'aR') -- the next lease counts the nodes afresh (see fleetOf)
+  redis.call('HDEL', KEYS[1], 'aT', 'aI', 'aD', 'aN', 'aO', 'aR', 'aE', 'aX') -- the next lease counts the nodes afresh (see fleetOf)
 end
 local cap = burst
 if sw then cap = limit end

@@ -215,7 +215,7 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 	given := now != noTime
 	at := now // what ResetAfter is reckoned from
 	if !given {
-		if p.paced || k.until.Load() != math.MaxInt64 {
+		if p.paced || k.until.Load() != math.MaxInt64 || l.done == nil { // no loop (ManualSync): nothing ticks
 			now = l.now()
 			at = now
 		} else {

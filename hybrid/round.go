@@ -153,9 +153,11 @@ type schedule struct {
 // keys a clock read cost a decision as much as the key's lookup: the
 // clock's fence waits for the lookup's cache misses, where a map's
 // lookups overlap (BenchmarkManyKeys). The loop ticks at least every
-// Interval and every call of a long round, so ResetAfter is overstated by
-// at most that much; by more only while the loop runs late, which Health
-// reports.
+// Interval and every call of a long round, before the call (the grant's
+// resetAt is dated at its reply), so ResetAfter is overstated by at most
+// an Interval and a round trip; by more only while the loop runs late,
+// which Health reports. Without a loop (ManualSync) decisions read the
+// clock.
 func (l *Limiter) tick() int64 {
 	t := l.now()
 	l.sched.read.Store(t)

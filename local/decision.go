@@ -70,7 +70,7 @@ func (d Decision) RetryAfter() time.Duration { return d.retryAfter }
 // nothing else is spent meanwhile. A fleet's is an estimate as of the
 // node's last sync; for a Hybrid token bucket decided from its lease it
 // is reckoned from the sync loop's last reading of the clock, so it may
-// be overstated by up to about an Interval.
+// be overstated by up to about an Interval and a sync's round trip.
 func (d Decision) ResetAfter() time.Duration { return d.resetAfter }
 
 // Degraded reports that a fleet limiter decided without its fleet: it

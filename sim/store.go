@@ -52,6 +52,7 @@ type lease struct {
 type aggregate struct {
 	ok        bool // written: a lease before it scans
 	t, iv, st int64
+	e         int64 // until when it holds (the scripts' aE)
 	demand    float64
 	nodes     int
 	out       float64 // live leases (token bucket)
@@ -67,6 +68,19 @@ func (o *nodeLease) counted(t, st, iv int64) (active, live, rests bool) {
 	active = t-o.seen <= st || t <= rest
 	live = active && (t <= rest || o.granted >= t-2*iv)
 	return active, live, t <= rest
+}
+
+// next is the scripts' nextOf: when what counted says of active o at
+// t next changes.
+func (o *nodeLease) next(t, st, iv int64) int64 {
+	if rest := o.restsUntil(iv); t <= rest {
+		return rest
+	}
+	e := o.seen + st
+	if o.granted >= t-2*iv {
+		e = min(e, o.granted+2*iv)
+	}
+	return e
 }
 
 type nodeLease struct {
@@ -127,12 +141,6 @@ func (c syncer) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, er
 func (s *store) apply(o *op, now int64) {
 	interval := o.req.Interval.Microseconds()
 	resp := &fleet.Response{Grants: make([]fleet.Grant, len(o.req.Keys))}
-	if len(o.req.Keys) > 0 { // a lease batch ran: the node is heard
-		if s.heard == nil {
-			s.heard = map[string]int64{}
-		}
-		s.heard[o.req.Node] = now
-	}
 	for i := range o.req.Keys {
 		u := &o.req.Keys[i]
 		if err := u.Limit.Validate(); err != nil {
@@ -156,6 +164,10 @@ func (s *store) apply(o *op, now int64) {
 		if st.until-now < ttl { // PEXPIRE
 			st.until = now + 2*ttl
 		}
+		if s.heard == nil {
+			s.heard = map[string]int64{}
+		}
+		s.heard[o.req.Node] = now // a lease batch runs: the node is heard (the store's calls never fail alone, so unheardFor never applies)
 		resp.Grants[i] = st.sync(o.req.Node, u, interval, hold, now, o.req.Shares == fleet.Equal, o.req.Fallback, s.heard)
 	}
 	o.resp = resp
@@ -213,25 +225,35 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	var silent []*nodeLease
 	a := &st.agg
 	alone := false // no other node recorded at a scan: no aggregate kept
-	if !a.ok || now-a.t >= interval || now < a.t {
+	if !a.ok || now >= a.e || now < a.t {
 		alone = len(st.nodes) == 1
-		*a = aggregate{ok: true, t: now, iv: interval, st: stale}
+		*a = aggregate{ok: true, t: now, iv: interval, st: stale, e: now + 1000*interval}
 		for n, o := range st.nodes {
 			if n == node || o.seen == 0 {
 				continue
 			}
-			rest := o.restsUntil(interval)               // resting the key: active, its lease live, until it lapses
-			if now-max(o.seen, rest-2*interval) > keep { // quiet since the lapse
+			rest := o.restsUntil(interval) // resting the key: active, its lease live, until it lapses
+			active, live, rests := o.counted(now, stale, interval)
+			hears := false // heard on other keys (tokens buckets only: a sliding window asks no one)
+			if t, ok := heard[n]; tb && !active && (o.demand > 0 || o.lease > 0) && ok && t >= now-stale && t <= now {
+				hears = true
+			}
+			if now-max(o.seen, rest-2*interval) > keep && !(hears && o.lease > 0) { // quiet since the lapse; heard with a lease, kept
 				delete(st.nodes, n)
 				continue
 			}
-			active, live, rests := o.counted(now, stale, interval)
 			if !active {
-				if t, ok := heard[n]; tb && o.demand > 0 && (!ok || t < now-stale || t > now) { // heard on other keys: spends only its lease
-					silent = append(silent, o) // kept to settle its lease and reserved, no longer active
+				if o.demand > 0 || o.lease > 0 {
+					a.e = min(a.e, now+interval)
+					if hears {
+						a.out += o.lease // spends only its lease, out until it reports
+					} else if tb && o.demand > 0 {
+						silent = append(silent, o) // kept to settle its lease and reserved, no longer active
+					}
 				}
 				continue
 			}
+			a.e = min(a.e, o.next(now, stale, interval))
 			a.nodes++
 			a.demand += o.demand
 			if live {
@@ -400,12 +422,17 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	}
 	me.demand, me.seen = demand, now
 	a.demand, a.nodes = a.demand+demand, a.nodes+1 // this lease in place of its node's last
+	own := now + stale                             // when this lease's fields next change for the others
 	if tb {
 		a.out += me.lease
 		if me.ttl > 0 {
 			a.resting += me.lease
+			own = now + me.ttl
+		} else if me.lease > 0 {
+			own = now + 2*interval
 		}
 	}
+	a.e = max(a.t, min(a.e, own))
 	a.ok = !alone
 	return g
 }

@@ -258,3 +258,33 @@ func TestStoreMatchesRedisRest(t *testing.T) {
 		time.Sleep(s.sleep)
 	}
 }
+
+// TestStoreMatchesRedisHeard is TestStoreMatchesRedis for a node quiet
+// on a key but heard on another past the stale horizon and past keep:
+// its lease stays out of the bucket, and it is not forgotten, in the
+// store as in the scripts.
+func TestStoreMatchesRedisHeard(t *testing.T) {
+	t.Parallel()
+	r, client := realStore(t)
+	lim := fleet.Limit{Limit: 1000, Window: time.Second}
+	fallback := []partition.Step{{Until: 200 * time.Millisecond, Factor: 1}, {Factor: 0.5}}
+	st := &store{keys: map[string]*lease{}}
+	sync := func(node, key string, u fleet.Usage) (fleet.Grant, fleet.Grant) {
+		u.Key, u.Limit = key, lim
+		w, g, _ := syncBoth(t, r, client, st, fleet.Request{Node: node, Interval: 10 * time.Millisecond, Fallback: fallback, Keys: []fleet.Usage{u}})
+		return w, g
+	}
+	wa, ga := sync("a", "heard", fleet.Usage{Demand: 500})
+	require.Equal(t, wa.Lease, ga.Lease)
+	require.Positive(t, wa.Lease)
+	wb, gb := sync("b", "heard", fleet.Usage{Demand: 1000})
+	require.Equal(t, wb.Lease, gb.Lease)
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		sync("a", "elsewhere", fleet.Usage{Demand: 1})
+	}
+	w, g := sync("b", "heard", fleet.Usage{Consumed: wb.Lease, Demand: 1000})
+	assert.Equal(t, w.Lease, g.Lease, "lease")
+	assert.Equal(t, w.Nodes, g.Nodes, "nodes")
+	assert.LessOrEqual(t, wa.Lease+w.Lease, lim.Limit, "a's lease stays out")
+	t.Logf("a holds %d; b leased %d (redis) %d (sim)", wa.Lease, w.Lease, g.Lease)
+}
