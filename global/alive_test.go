@@ -123,3 +123,55 @@ func TestFailedCallUnheard(t *testing.T) {
 	require.NoError(t, sync("k2"))
 	assert.True(t, scored(), "scored again %d intervals on", 25)
 }
+
+// TestHeardLeaseStaysOut: a node quiet on a key but heard on others
+// keeps its lease out of the bucket in every state a scan may find it
+// in: active but no longer live (between two intervals and the stale
+// horizon), where it was left out; and, once cut off, it is not
+// forgotten at once for having been quiet on the key past keep, but
+// reserved for from when Redis last heard it.
+func TestHeardLeaseStaysOut(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	c := s.Client(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	ctx := context.Background()
+	lim := fleet.Limit{Limit: 1000, Window: time.Second}
+	steps := []partition.Step{{Until: 200 * time.Millisecond, Factor: 1}, {Factor: 0.5}}
+	sync := func(node, key string, interval time.Duration, u fleet.Usage) fleet.Grant {
+		u.Key, u.Limit = key, lim
+		resp, err := r.Sync(ctx, &fleet.Request{Node: node, Interval: interval, Fallback: steps, Keys: []fleet.Usage{u}})
+		require.NoError(t, err)
+		require.NoError(t, resp.Grants[0].Err)
+		return resp.Grants[0]
+	}
+	heard := func(node string, interval, d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(interval / 2) {
+			sync(node, "elsewhere", interval, fleet.Usage{Demand: 1})
+		}
+	}
+
+	t.Run("active, no longer live", func(t *testing.T) {
+		const interval = 100 * time.Millisecond
+		held := sync("a", "notlive", interval, fleet.Usage{Demand: 500}).Lease
+		require.Positive(t, held)
+		heard("a", interval, 250*time.Millisecond)                                                                    // past two intervals, within three
+		require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", "notlive", "lease"), "tokens", lim.Limit).Err()) // refilled
+		b := sync("b", "notlive", interval, fleet.Usage{Demand: 1000}).Lease
+		assert.LessOrEqual(t, held+b, lim.Limit, "a holds %d, b leased %d", held, b)
+	})
+	t.Run("heard, then cut off", func(t *testing.T) {
+		const interval = 10 * time.Millisecond
+		require.Positive(t, sync("a", "cutoff", interval, fleet.Usage{Demand: 500}).Lease)
+		sync("b", "cutoff", interval, fleet.Usage{Demand: 500})
+		heard("a", interval, 1500*time.Millisecond) // quiet on the key past keep (about 1 s)
+		time.Sleep(100 * time.Millisecond)          // then cut off: past the stale horizon
+		sync("b", "cutoff", interval, fleet.Usage{Demand: 500})
+		h := global.RedisKeyForTest("hl:", "cutoff", "lease")
+		assert.NoError(t, c.HGet(ctx, h, "s:a").Err(), "not forgotten: heard 100 ms ago")
+		reserved, err := c.HGet(ctx, h, "p:a").Float64()
+		require.NoError(t, err, "reserved for")
+		assert.Positive(t, reserved)
+		assert.Less(t, reserved, 200.0, "from when last heard (100 ms at up to a token a ms), not from its last sync of the key")
+	})
+}

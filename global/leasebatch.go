@@ -30,7 +30,7 @@ import (
 var batchKeys = 48
 
 // A key's lease costs Redis some 12-20 µs, and when it scans the key's
-// nodes (once an interval, see fleetOf) 0.6-0.75 µs more for each field
+// nodes (at most once an interval, see fleetOf) 0.6-0.75 µs more for each field
 // of its state hash, six to eight for each node recorded on the key (a
 // scan at every lease, before the aggregate: 24 µs at 1 node, 53 µs at
 // 11, 350-380 µs at 101, 4.5 ms at 1,001). So a lease batch counts its

@@ -2,7 +2,8 @@ package global
 
 // leaseNodes is what a lease knows of the other nodes on its key: their
 // count, demand and live leases, from the key's aggregate (fleetOf),
-// which a lease an interval rebuilds by reading every node (scan). See
+// which a lease at most once an interval rebuilds by reading every node
+// (scan; see fleetOf for when). See
 // docs/redis.md, "A key on many nodes". It follows leaseCommon.
 const leaseNodes = `
 -- counted is whether node n, as h holds its fields, was active at T by
@@ -35,34 +36,38 @@ local function nextOf(h, n, T, st, iv)
   return e
 end
 
--- heard is whether Redis heard node n, on any key, within stale µs
--- before now: alive is the fleet's sorted set of nodes by when a lease
--- batch of theirs last ran ('' where there is none: a Cluster, whose
--- scripts reach the keys of their slot alone; and '' for a sliding
--- window, which reserves for no one). A node Redis hears is not on its
+-- heardAt is when Redis last heard node n, on any key, as alive holds
+-- it: the fleet's sorted set of nodes by when a lease batch of theirs
+-- last ran ('' where there is none: a Cluster, whose scripts reach the
+-- keys of their slot alone; and '' for a sliding window, which reserves
+-- for no one); 0 if not known. A node Redis hears is not on its
 -- fallback ladder: a key it leaves unsynced (its rounds too long for its
 -- keys, or the key idle) it spends at most the lease it holds, which a
--- scan counts out until the node reports, rather than reserving for
--- it (see scan). (A node whose calls fail for some keys while others
--- go through is not believed heard for a while: see unheardFor.) A time ahead of now,
--- or a set of another type, was written by no batch at this clock: the
--- node is not believed heard.
-local function heard(alive, n, now, stale)
-  if alive == '' then return false end
+-- scan counts out until the node reports, rather than reserving for it
+-- (see scan). (A node whose calls fail for some keys while others go
+-- through is not scored for a while: see unheardFor.) A time ahead of
+-- now, or a set of another type, was written by no batch at this clock:
+-- the node is not believed heard.
+local function heardAt(alive, n, now)
+  if alive == '' then return 0 end
   local t = redis.pcall('ZSCORE', alive, n)
-  if type(t) ~= 'string' then return false end
+  if type(t) ~= 'string' then return 0 end
   t = tonumber(t)
-  return t ~= nil and t >= now - stale and t <= now
+  if t == nil or t ~= t or t > now then return 0 end
+  return t
 end
 
 -- scan reads every node recorded on key (h, from readState) but node,
--- and returns the active ones' total demand, their count and their
--- live token-bucket leases, by counted at now; and the
--- silent ones: not heard from for stale µs, on this key or any other
--- (heard), demanding something when last heard. A node resting the key (its lease granted for longer) is
--- active, and its lease live, until the lease lapses, and quiet from
--- then on, not from its last sync. A node quiet for more than keep µs
--- is forgotten, its fields deleted, unless heard with a lease.
+-- and returns the active ones' total demand, their count, their live
+-- token-bucket leases (and those of nodes heard on other keys, see
+-- heardAt) and their resting leases, by counted at now; the silent
+-- ones: not heard from for stale µs, on this key or any other,
+-- demanding something when last heard; and until when all that holds
+-- (see nextOf and fleetOf). A node resting the key (its lease granted
+-- for longer) is active, and its lease live, until the lease lapses,
+-- and quiet from then on, not from its last sync. A node quiet for more
+-- than keep µs, on this key and (heardAt) every other, is forgotten:
+-- its fields are deleted.
 local function scan(h, key, node, now, stale, keep, interval, alive)
   local total, count, out, resting, silent, e = 0, 0, 0, 0, {}, now + 1000 * interval
   for f, v in pairs(h) do
@@ -72,27 +77,29 @@ local function scan(h, key, node, now, stale, keep, interval, alive)
         local seen = stored(v, f, 0)
         local rest = restsUntil(h, n, interval)
         local active, live, rests = counted(h, n, now, stale, interval)
-        local d, l, hears = stored(h['d:' .. n], 'd:' .. n, 0) or 0, stored(h['l:' .. n], 'l:' .. n, 0) or 0, nil
-        if not active and (d > 0 or l > 0) then hears = heard(alive, n, now, stale) end
-        if now - math.max(seen, rest - 2 * interval) > keep and not (hears and l > 0) then
-          -- (Heard, a node holding a lease is kept: it may spend it.)
+        local d, l, at = stored(h['d:' .. n], 'd:' .. n, 0) or 0, stored(h['l:' .. n], 'l:' .. n, 0) or 0, 0
+        -- A sliding window's lease (g a window number, far below any
+        -- time in µs) is counted in its window, never out.
+        if (stored(h['g:' .. n], 'g:' .. n, 0) or 0) * 1000 <= now then l = 0 end
+        if (not active and (d > 0 or l > 0)) or (active and not live and l > 0) then at = heardAt(alive, n, now) end
+        local hears = at >= now - stale
+        local last = math.max(seen, rest - 2 * interval, at) -- last heard, on this key (its lease standing) or another
+        if now - last > keep then
           redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 't:' .. n)
         elseif active then
           count = count + 1
           total = total + d
-          if live then out = out + l end
+          -- A lease no longer live is still out while its node is
+          -- heard: a token bucket's lease is spendable until spent.
+          if live or hears then out = out + l end -- (live: g a time, so l is as read)
           if rests then resting = resting + l end
           e = math.min(e, nextOf(h, n, now, stale, interval))
-        else
-          if d > 0 or l > 0 then
-            e = math.min(e, now + interval) -- reserved for an interval ahead, or heard now and perhaps not then
-            if hears then
-              -- Its lease stands until it reports: a token bucket's
-              -- lease is spendable until spent.
-              out = out + l
-            elseif d > 0 then
-              silent[#silent + 1] = {n = n, seen = math.max(seen, rest - 2 * interval), d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
-            end
+        elseif d > 0 or l > 0 then
+          e = math.min(e, now + interval) -- reserved for an interval ahead, or heard now and perhaps not then
+          if hears then
+            out = out + l
+          elseif d > 0 then
+            silent[#silent + 1] = {n = n, seen = last, d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
           end
         end
       end
@@ -116,25 +123,30 @@ end
 -- (a key shared by 1,000 nodes cost 2-3 ms a lease): the hash keeps an
 -- aggregate, the nodes as a scan found them at aT (by interval aI, with
 -- staleIntervals of them as the stale horizon), with each lease since
--- in place of its node's last (aD, aN, aO). It holds until aE: the
--- soonest time, as the scan and each lease since saw them, that a node
--- goes stale, its lease stops being live, or its resting lease lapses
--- (see nextOf), and at most an interval on while a node not active
--- demands something (it is reserved for an interval ahead, and may go
--- unheard). A lease scans again from then, or when the aggregate is
--- missing or bad (not a whole number, out of range, a time ahead; an
--- aE whose aX is not aT was left by a scan of a version before aE,
--- which holds for an interval). So a key whose nodes rest is scanned
--- once their first lease lapses, not every interval: with 8 nodes on a
+-- in place of its node's last (aD, aN, aO). It holds for an interval,
+-- and beyond that until aE: the soonest time, as the scan and each
+-- lease since saw them, that a node goes stale, its lease stops being
+-- live, or its resting lease lapses (see nextOf), and at most an
+-- interval on while a node not active demands something or holds a
+-- lease (it is reserved for an interval ahead, or heard now and perhaps
+-- not then). A lease scans again from then, or when the aggregate is
+-- missing or bad (not a whole number, out of range, a time ahead; an aE
+-- whose aX is not aT was left by a scan of a version before aE: it holds
+-- for an interval). So a key is scanned at most once an interval, and a
+-- key whose nodes rest once their first lease lapses: with 8 nodes on a
 -- key, each syncing it every few seconds, every lease scanned, about
--- 110 µs of Redis each (BenchmarkFleetManyKeys). Between scans the
--- aggregate is what a scan would find, but for a node's own earlier
--- leases: aE keeps the soonest of them too, so a lease that lapses
--- early is still out until then, never less. Silent nodes are reserved
--- for at scans. An aggregate in range
--- but false (written by no lease) is believed until the next scan, less
--- than an interval: as a false tokens would, it may shift shares, hold
--- tokens back, or (live leases too low) lease again what is out.
+-- 110 µs of Redis each (BenchmarkFleetManyKeys). Within its interval the
+-- aggregate may lag, as before aE: a node that goes stale still counts,
+-- a lease that lapses is still out; beyond it, it is what a scan would
+-- find, but for a node's own earlier leases (aE keeps the soonest of
+-- them too, so a lease that lapses early is still out until then), and
+-- a node the scan found inactive but heard, its lease counted out, whose
+-- next lease adds its new one beside it until the next scan, within an
+-- interval: the bucket holds back more, never less. Silent nodes are
+-- reserved for at scans. An aggregate in range but false (written by no
+-- lease) is believed until it lapses, at most 1,000 intervals after its
+-- aT: as a false tokens would, it may shift shares, hold tokens back, or
+-- (live leases too low) lease again what is out.
 -- aN stays below 2^31 - 1, the most nodes a reply may count.
 local function fleetOf(key, h, read, node, now, stale, keep, interval, alive)
   local a = {T = aggregate(h['aT'], 0, now), iv = aggregate(h['aI'], 1, 1000 * interval),
@@ -144,7 +156,7 @@ local function fleetOf(key, h, read, node, now, stale, keep, interval, alive)
   -- scan by a version before aE leaves another); else an interval.
   local due = (a.T or 0) + interval
   local e = aggregate(h['aE'], a.T or 0, (a.T or 0) + 1000 * interval)
-  if e and a.T and aggregate(h['aX'], 0, now) == a.T then due = e end
+  if e and a.T and aggregate(h['aX'], 0, now) == a.T then due = math.max(due, e) end
   local silent = {}
   if not (a.T and a.iv and a.D and a.N and a.O and a.R) or now >= due then
     a.D, a.N, a.O, a.R, a.T, a.iv, a.E = 0, 0, 0, 0, now, interval, now + 1000 * interval

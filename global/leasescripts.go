@@ -9,8 +9,8 @@ import "strconv"
 // leaseCommon is shared by both lease scripts: it reads the key's own
 // fields, the node's and the nodes' aggregate (readOwn), and from the
 // aggregate the active nodes, their total demand and (token bucket)
-// their live leases (fleetOf); once an interval a lease reads every
-// node instead (scan) and rebuilds the aggregate. A node not heard from
+// their live leases (fleetOf); at most once an interval a lease reads
+// every node instead (scan) and rebuilds the aggregate. A node not heard from
 // for stale µs stops counting as active; its fields are kept for keep
 // µs more (a window, at most 100 intervals), so that a node back from a
 // partition settles the lease it held instead of having it charged

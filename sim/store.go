@@ -221,11 +221,15 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		keep = max(keep, grace.Microseconds()+2*interval)
 	}
 	// The other nodes, from the aggregate, or a scan once it is an
-	// interval old (the scripts' fleetOf).
-	var silent []*nodeLease
+	// interval old and past what it holds until (the scripts' fleetOf).
+	type quiet struct {
+		*nodeLease
+		last int64 // when last heard, on this key (its lease standing) or another
+	}
+	var silent []quiet
 	a := &st.agg
 	alone := false // no other node recorded at a scan: no aggregate kept
-	if !a.ok || now >= a.e || now < a.t {
+	if !a.ok || now >= max(a.e, a.t+interval) || now < a.t {
 		alone = len(st.nodes) == 1
 		*a = aggregate{ok: true, t: now, iv: interval, st: stale, e: now + 1000*interval}
 		for n, o := range st.nodes {
@@ -234,21 +238,27 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			}
 			rest := o.restsUntil(interval) // resting the key: active, its lease live, until it lapses
 			active, live, rests := o.counted(now, stale, interval)
-			hears := false // heard on other keys (tokens buckets only: a sliding window asks no one)
-			if t, ok := heard[n]; tb && !active && (o.demand > 0 || o.lease > 0) && ok && t >= now-stale && t <= now {
-				hears = true
+			l := o.lease
+			if o.granted*1000 <= now { // a sliding window's (granted a window number): counted in its window, never out
+				l = 0
 			}
-			if now-max(o.seen, rest-2*interval) > keep && !(hears && o.lease > 0) { // quiet since the lapse; heard with a lease, kept
+			var at int64 // when heard on any key (token buckets only: a sliding window asks no one); 0 if not known
+			if t, ok := heard[n]; tb && ok && t <= now && (!active && (o.demand > 0 || l > 0) || active && !live && l > 0) {
+				at = t
+			}
+			hears := at >= now-stale
+			last := max(o.seen, rest-2*interval, at)
+			if now-last > keep { // quiet since the lapse, here and on every other key
 				delete(st.nodes, n)
 				continue
 			}
 			if !active {
-				if o.demand > 0 || o.lease > 0 {
+				if o.demand > 0 || l > 0 {
 					a.e = min(a.e, now+interval)
 					if hears {
-						a.out += o.lease // spends only its lease, out until it reports
+						a.out += l // spends only its lease, out until it reports
 					} else if tb && o.demand > 0 {
-						silent = append(silent, o) // kept to settle its lease and reserved, no longer active
+						silent = append(silent, quiet{o, last}) // kept to settle its lease and reserved, no longer active
 					}
 				}
 				continue
@@ -256,8 +266,8 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			a.e = min(a.e, o.next(now, stale, interval))
 			a.nodes++
 			a.demand += o.demand
-			if live {
-				a.out += o.lease
+			if live || hears {
+				a.out += l // a lease no longer live, of a node heard: still out
 			}
 			if rests {
 				a.resting += o.lease
@@ -332,8 +342,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			if equal {
 				w = 1 / float64(count+len(silent))
 			}
-			seen := max(o.seen, o.restsUntil(interval)-2*interval)                 // quiet since its lease lapsed
-			if want := rate * w * spentBy(now-seen, fallback); want > o.reserved { // until the next scan, an interval on
+			if want := rate * w * spentBy(now-o.last, fallback); want > o.reserved { // until the next scan, an interval on
 				st.tokens -= want - o.reserved
 				o.reserved = want
 			}
