@@ -160,8 +160,10 @@ func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, 
 	}
 	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == fleet.Equal), micros(req.Hold),
 		r.aliveKey(), equalArg(time.Now().UnixMicro() >= r.unheardUntil.Load())}, fallbackArgs(req.Fallback)...)
-	failed := func() { // see unheardUntil
-		r.unheardUntil.Store(time.Now().Add(unheardFor * req.Interval).UnixMicro())
+	failed := func() { // see unheardUntil; the latest deadline stands
+		until := time.Now().Add(unheardFor * req.Interval).UnixMicro()
+		for t := r.unheardUntil.Load(); t < until && !r.unheardUntil.CompareAndSwap(t, until); t = r.unheardUntil.Load() {
+		}
 	}
 	all := make([]int, len(items))
 	for i := range all {
@@ -354,6 +356,10 @@ func (r *Redis) aliveKey() string {
 // follow the FailMode, or the ladder (hybrid retries a key cut off
 // alone every ten intervals), while the node's other calls reach Redis,
 // and the other nodes must reserve for them as for a node cut off.
+// Calls of the same Sync sent before the failure was seen, and its
+// later passes, may still score the node: it then counts as heard for
+// up to the stale horizon after the failure. A Redis shared by several
+// nodes of one process stops scoring them all.
 const unheardFor = 20
 
 // batchCall is the lease batch's call for the keys g of items, after the
