@@ -158,8 +158,8 @@ func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, 
 		it.i = i
 		items = append(items, it)
 	}
-	head := append([]any{req.Node, interval, staleAfter(interval), equalArg(req.Shares == fleet.Equal), micros(req.Hold),
-		r.aliveKey(), equalArg(time.Now().UnixMicro() >= r.unheardUntil.Load())}, fallbackArgs(req.Fallback)...)
+	head := append([]any{req.Node, interval, staleAfter(interval), flagArg(req.Shares == fleet.Equal), micros(req.Hold),
+		r.aliveKey(), flagArg(time.Now().UnixMicro() >= r.unheardUntil.Load())}, fallbackArgs(req.Fallback)...)
 	failed := func() { // see unheardUntil; the latest deadline stands
 		until := time.Now().Add(unheardFor * req.Interval).UnixMicro()
 		for t := r.unheardUntil.Load(); t < until && !r.unheardUntil.CompareAndSwap(t, until); t = r.unheardUntil.Load() {
@@ -413,7 +413,7 @@ func (r *Redis) leaseItem(interval, hold int64, u fleet.Usage) (leaseItem, error
 	}
 	ttl := (2*window+10*interval+min(hold, 1000*interval))/1000 + 1
 	return leaseItem{base: base, args: [leaseArgs]any{alg, u.Limit.Limit, window, u.Limit.Capacity(),
-		min(u.Consumed, fleet.MaxLimit), min(u.Demand, fleet.MaxLimit), ttl, u.Series, u.Total, steps, equalArg(u.Paced)}}, nil
+		min(u.Consumed, fleet.MaxLimit), min(u.Demand, fleet.MaxLimit), ttl, u.Series, u.Total, steps, flagArg(u.Paced)}}, nil
 }
 
 // fallbackArgs is steps as the lease scripts read them (stepsOf): the
@@ -440,8 +440,9 @@ func staleAfter(interval int64) int64 { return staleIntervals * interval }
 // before it stops counting as active there (see leaseCommon).
 const staleIntervals = 3
 
-func equalArg(equal bool) string {
-	if equal {
+// flagArg is b as the scripts read a flag: "1" or "0".
+func flagArg(b bool) string {
+	if b {
 		return "1"
 	}
 	return "0"

@@ -1,11 +1,6 @@
 package hybrid
 
-import (
-	"cmp"
-	"slices"
-
-	"github.com/zeebo/xxh3"
-)
+import "github.com/zeebo/xxh3"
 
 // Keys that rest: a key far from its limit whose lease covers its
 // traffic skips the regular rounds, so that the fleet's work follows the
@@ -48,7 +43,6 @@ func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
 	out, resting := l.syncs.awake[:0], l.syncs.resting[:0]
 	defer func() { l.syncs.awake, l.syncs.resting = out[:0], resting[:0] }()
 	cut := false
-	var oldest *keyState
 	for _, k := range batch {
 		if !l.rests(k, now) {
 			out = append(out, k)
@@ -56,18 +50,33 @@ func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
 			continue
 		}
 		resting = append(resting, k)
-		if oldest == nil || k.lastSync < oldest.lastSync || k.lastSync == oldest.lastSync && k.key < oldest.key {
-			oldest = k // ties by key: the table's order is random, and the simulator must repeat
-		}
 	}
-	switch {
-	case cut:
-		slices.SortFunc(resting, func(a, b *keyState) int { // longest ago first; ties by key, as for oldest
-			return cmp.Or(cmp.Compare(a.lastSync, b.lastSync), cmp.Compare(a.key, b.key))
-		})
-		out = append(out, resting[:min(len(resting), cutCompanions)]...) // a part of the fleet is down: see above
-	case oldest != nil:
-		out = append(out, oldest)
+	n := 1
+	if cut {
+		n = cutCompanions // a part of the fleet is down: see above
+	}
+	return oldest(out, resting, n)
+}
+
+// oldest appends to out the n keys of resting synced longest ago, in one
+// pass (a sort of every resting key, each round a Cluster master is
+// down, would cost a million keys' node some 100 ms a round). Ties go by
+// key: the table's order is random, and the simulator must repeat.
+func oldest(out, resting []*keyState, n int) []*keyState {
+	before := func(a, b *keyState) bool { return a.lastSync < b.lastSync || a.lastSync == b.lastSync && a.key < b.key }
+	start := len(out)
+	for _, k := range resting {
+		switch {
+		case len(out)-start < n:
+			out = append(out, k)
+		case before(k, out[len(out)-1]):
+			out[len(out)-1] = k
+		default:
+			continue
+		}
+		for i := len(out) - 1; i > start && before(out[i], out[i-1]); i-- { // kept in order, longest ago first
+			out[i], out[i-1] = out[i-1], out[i]
+		}
 	}
 	return out
 }
