@@ -96,16 +96,6 @@ type Request struct {
 	// Keys are the keys the node touched since its last sync, and those
 	// it holds a lease on.
 	Keys []Usage
-	// Hold, when longer than two Intervals, is the longest the node may
-	// go without syncing a key whose lease covers its traffic (the hybrid
-	// Limiter rests such a key, up to its IdleTimeout). A Syncer may then
-	// grant a key well under its limit a lease that stands that long
-	// (Grant.TTL) and count the node active on the key until it lapses,
-	// so that a key far from its limit costs a sync per Hold, not per
-	// Interval. Zero, or two Intervals or less: every lease stands two
-	// Intervals. At most 1,000 Intervals. (Redis grants it to token
-	// buckets; gossip syncs in memory and ignores it.)
-	Hold time.Duration
 	// Fallback is how the node limits itself while it cannot reach the
 	// fleet: the hybrid Limiter's ladder, with the floor applied. A store
 	// that the rest of the fleet still reaches reserves a node it stops
@@ -134,8 +124,6 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: Request.Interval is %v; it must be positive", ErrInvalid, r.Interval)
 	case r.Shares != DemandWeighted && r.Shares != Equal:
 		return fmt.Errorf("%w: Request.Shares %d is not a known strategy", ErrInvalid, int(r.Shares))
-	case r.Hold < 0 || r.Hold/1000 > r.Interval:
-		return fmt.Errorf("%w: Request.Hold is %v; it must be from 0 to 1,000 Intervals (%v)", ErrInvalid, r.Hold, r.Interval)
 	}
 	if len(r.Fallback) > MaxFallbackSteps {
 		return fmt.Errorf("%w: Request.Fallback has %d steps; at most MaxFallbackSteps (%d)", ErrInvalid, len(r.Fallback), MaxFallbackSteps)
@@ -229,6 +217,17 @@ type Usage struct {
 	// window's weight frees until its next sync, released over time.
 	// A Syncer may ignore it.
 	Paced bool
+	// Hold, when longer than two Intervals, is the longest the node may
+	// go without syncing the key while its lease covers its traffic (the
+	// hybrid Limiter rests such a key: see its Config.IdleTimeout). A
+	// Syncer may then grant a key well under its limit a lease that
+	// stands that long (Grant.TTL) and count the node active on the key
+	// until it lapses, so that a key far from its limit costs a sync per
+	// Hold, not per Interval. Zero, or two Intervals or less: the lease
+	// stands two Intervals. At most 1,000 Intervals; a Syncer fails the
+	// key's Grant beyond that. (Redis grants it to token buckets; gossip
+	// syncs in memory and ignores it.)
+	Hold time.Duration
 }
 
 // Response is a Syncer's answer to a Request.

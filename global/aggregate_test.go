@@ -76,13 +76,12 @@ func TestAggregateMatchesScan(t *testing.T) {
 			alg := algs[rng.IntN(len(algs))]
 			lim := fleet.Limit{Algorithm: alg, Limit: 100_000, Window: 24 * time.Hour}
 			node := fmt.Sprint("node-", rng.IntN(30))
-			u := fleet.Usage{Limit: lim, Demand: rng.Int64N(3000), Consumed: rng.Int64N(200)}
+			u := fleet.Usage{Limit: lim, Demand: rng.Int64N(3000), Consumed: rng.Int64N(200), Hold: time.Duration(rng.IntN(2)) * time.Minute}
 			if rng.IntN(4) > 0 { // in a series, sometimes sent again or late
 				totals[node] += u.Consumed
 				u.Series, u.Total = 7, totals[node]-rng.Int64N(2)*u.Consumed
 			}
-			req := &fleet.Request{Node: node, Interval: 10 * time.Second, Hold: time.Duration(rng.IntN(2)) * time.Minute,
-				Keys: []fleet.Usage{u, u}}
+			req := &fleet.Request{Node: node, Interval: 10 * time.Second, Keys: []fleet.Usage{u, u}}
 			req.Keys[0].Key, req.Keys[1].Key = kept, scanned
 			require.NoError(t, c.HDel(ctx, global.RedisKeyForTest("hl:", scanned, "lease"), "aT").Err())
 			if rng.IntN(5) == 0 {

@@ -47,7 +47,7 @@ const (
 )
 
 // leaseArgs is how many of the lease batch's ARGV each key takes.
-const leaseArgs = 11
+const leaseArgs = 12
 
 // aliveKeep is how long, in µs, the fleet's set of nodes heard keeps a
 // node Redis no longer hears: ten minutes, far beyond a stale horizon
@@ -58,15 +58,16 @@ const aliveKeep = 10 * 60 * 1_000_000
 // leaseBatch is the lease of many keys, in one script call. KEYS, in
 // pairs, are each key's state hash and lease mark. ARGV starts with what
 // the keys share: node, interval_us, stale_us, equal ("1": equal shares,
-// else demand-weighted), hold_us (fleet.Request.Hold), the fleet's set
-// of nodes heard (see heard; empty for none), whether to score the node
-// in it ("1"; see unheardFor), then the fallback steps (see stepsOf);
-// then
-// leaseArgs numbers per key: its algorithm (1 sliding window, else
-// token bucket), limit, window_us, burst, consumed, demand, ttl_ms,
-// series, total (see once), whether the fallback steps are the key's
-// (0 for a shard, which reserves nothing for a silent node), and whether
-// the node paces a sliding window's lease ("1", see fleet.Usage.Paced).
+// else demand-weighted), the fleet's set of nodes heard (see heard;
+// empty for none), whether to score the node in it ("1"; see
+// unheardFor), then the fallback steps (see stepsOf); then leaseArgs
+// numbers per key: its algorithm (1 sliding window, else token bucket),
+// limit, window_us, burst, consumed, demand, ttl_ms, series, total (see
+// once), whether the fallback steps are the key's (0 for a shard, which
+// reserves nothing for a silent node), whether the node paces a sliding
+// window's lease ("1", see fleet.Usage.Paced), and hold_us
+// (fleet.Usage.Hold; 0 for a shard or a sliding window, which never
+// rest).
 // Redis's TIME is read once, for every key.
 //
 // It returns one reply per key it ran, in order: its lease's (see
@@ -81,9 +82,9 @@ const aliveKeep = 10 * 60 * 1_000_000
 // call answers OOM.
 var leaseBatch = redis.NewScript(storedNum + leaseCommon + leaseNodes + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
 local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
-local holds, alive, score = tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1'
-local steps, none = stepsOf(8), {}
-local at = 9 + #steps
+local alive, score = ARGV[5], ARGV[6] == '1'
+local steps, none = stepsOf(7), {}
+local at = 8 + #steps
 -- Out of memory (maxmemory, noeviction), Redis refuses a script's
 -- writes only until its first: after one key's lease wrote (forgetting
 -- a node long gone, which Redis allows), every later key's would be
@@ -111,8 +112,8 @@ for i = 1, #KEYS / 2 do
   if (i - 1) * ` + strconv.Itoa(keyWork) + ` + scanned >= ` + strconv.Itoa(batchWork) + ` then break end
   local lease, st = leaseTokenBucket, steps
   if ARGV[at] == '1' then lease = leaseSlidingWindow end
-  hold = holds
-  if ARGV[at + 9] == '0' then st, hold = none, 0 end -- a shard: never rests
+  hold = tonumber(ARGV[at + 11])
+  if ARGV[at + 9] == '0' then st = none end -- a shard
   local ok, r = pcall(lease, KEYS[2 * i - 1], KEYS[2 * i], now, node, interval, stale, equal, st,
     tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]),
     tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6]), tonumber(ARGV[at + 7]), tonumber(ARGV[at + 8]),
@@ -150,7 +151,7 @@ func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, 
 	interval := micros(req.Interval)
 	items := make([]leaseItem, 0, len(req.Keys))
 	for i, u := range req.Keys {
-		it, err := r.leaseItem(interval, micros(req.Hold), u)
+		it, err := r.leaseItem(interval, u)
 		if err != nil {
 			resp.Grants[i].Err = err
 			continue
@@ -158,7 +159,7 @@ func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, 
 		it.i = i
 		items = append(items, it)
 	}
-	head := append([]any{req.Node, interval, staleAfter(interval), flagArg(req.Shares == fleet.Equal), micros(req.Hold),
+	head := append([]any{req.Node, interval, staleAfter(interval), flagArg(req.Shares == fleet.Equal),
 		r.aliveKey(), flagArg(time.Now().UnixMicro() >= r.unheardUntil.Load())}, fallbackArgs(req.Fallback)...)
 	failed := func() { // see unheardUntil; the latest deadline stands
 		until := time.Now().Add(unheardFor * req.Interval).UnixMicro()
@@ -382,12 +383,15 @@ func batchCall(head []any, items []leaseItem, g []int) scriptCall {
 
 // leaseItem is u's part of a lease batch but for its index. Consumed
 // and Demand are counted up to MaxLimit, which the scripts keep exact.
-func (r *Redis) leaseItem(interval, hold int64, u fleet.Usage) (leaseItem, error) {
+func (r *Redis) leaseItem(interval int64, u fleet.Usage) (leaseItem, error) {
 	if err := u.Limit.Validate(); err != nil {
 		return leaseItem{}, fmt.Errorf("%w: key %q: %v", fleet.ErrInvalid, u.Key, err)
 	}
 	if u.Consumed < 0 || u.Demand < 0 || u.Total < 0 {
 		return leaseItem{}, fmt.Errorf("%w: key %q: Consumed, Demand and Total must not be negative", fleet.ErrInvalid, u.Key)
+	}
+	if u.Hold < 0 || int64(u.Hold/time.Microsecond) > 1000*interval {
+		return leaseItem{}, fmt.Errorf("%w: key %q: Hold is %v; it must be from 0 to 1,000 Intervals", fleet.ErrInvalid, u.Key, u.Hold)
 	}
 	if u.Series > fleet.MaxLimit || u.Total > fleet.MaxLimit {
 		return leaseItem{}, fmt.Errorf("%w: key %q: Series %d and Total %d must be at most MaxLimit (%d): start a new Series", fleet.ErrInvalid, u.Key, u.Series, u.Total, int64(fleet.MaxLimit))
@@ -408,12 +412,13 @@ func (r *Redis) leaseItem(interval, hold int64, u fleet.Usage) (leaseItem, error
 	window := micros(u.Limit.Window)
 	// The state outlives a full refill and a few intervals, and a lease
 	// a node rests on (a token bucket's, on the key itself).
+	hold := int64(u.Hold / time.Microsecond)
 	if alg != 0 || u.Shard != (fleet.Shard{}) {
 		hold = 0
 	}
-	ttl := (2*window+10*interval+min(hold, 1000*interval))/1000 + 1
+	ttl := (2*window+10*interval+hold)/1000 + 1
 	return leaseItem{base: base, args: [leaseArgs]any{alg, u.Limit.Limit, window, u.Limit.Capacity(),
-		min(u.Consumed, fleet.MaxLimit), min(u.Demand, fleet.MaxLimit), ttl, u.Series, u.Total, steps, flagArg(u.Paced)}}, nil
+		min(u.Consumed, fleet.MaxLimit), min(u.Demand, fleet.MaxLimit), ttl, u.Series, u.Total, steps, flagArg(u.Paced), hold}}, nil
 }
 
 // fallbackArgs is steps as the lease scripts read them (stepsOf): the

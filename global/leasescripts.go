@@ -20,7 +20,7 @@ import "strconv"
 var leaseCommon = `
 local staleIntervals = ` + strconv.Itoa(staleIntervals) + `
 local scanned = 0
-local hold = 0 -- the lease batch sets it: fleet.Request.Hold, µs
+local hold = 0 -- the lease batch sets it, a key at a time: fleet.Usage.Hold, µs
 
 -- restsUntil is until when (µs) node n's token-bucket lease stands, if
 -- it was granted to rest on (see leaseTokenBucket): 0 if not. Its TTL
@@ -299,7 +299,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   tokens = clampN(tokens - lease)
 
   -- A key well under its limit may rest on the node for as long as the
-  -- node asked (fleet.Request.Hold): its lease stands that long, and the
+  -- node asked (fleet.Usage.Hold): its lease stands that long, and the
   -- node is counted active until it lapses. Only while what is spent
   -- and this lease come to at most a quarter of the burst (the leases
   -- on loan and the bucket keep three quarters), the resting leases

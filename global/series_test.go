@@ -168,11 +168,12 @@ func TestRestartedNodeNotForgiven(t *testing.T) {
 	assert.GreaterOrEqual(t, after.Used, before.Used+100-refill, "a restarted node's 100 spent: used %d -> %d (refill up to %d)", before.Used, after.Used, refill)
 }
 
-// TestHoldValidated: a Request's Hold is from 0 to 1,000 Intervals; a
-// Redis refuses any other before it runs a script, so that no node can
-// make a lease stand for as long as it likes.
+// TestHoldValidated: a key's Hold is from 0 to 1,000 Intervals; Redis
+// fails any other key's Grant before it runs a script, so that no node
+// can make a lease stand for as long as it likes, and leases the others.
 func TestHoldValidated(t *testing.T) {
 	t.Parallel()
+	r := newSyncer(t, redistest.StartServer(t).DeadlineClient(t))
 	for _, c := range []struct {
 		hold time.Duration
 		ok   bool
@@ -180,11 +181,14 @@ func TestHoldValidated(t *testing.T) {
 		{0, true}, {10 * time.Second, true}, {1000 * time.Second, true},
 		{-time.Nanosecond, false}, {1000*time.Second + time.Millisecond, false}, {time.Duration(math.MaxInt64), false},
 	} {
-		r := &fleet.Request{Node: "n", Interval: time.Second, Hold: c.hold}
+		u := fleet.Usage{Key: "k", Limit: fleet.Limit{Limit: 100, Window: time.Second}, Demand: 1, Hold: c.hold}
+		resp, err := r.Sync(context.Background(), &fleet.Request{Node: "n", Interval: time.Second, Keys: []fleet.Usage{u, {Key: "other", Limit: u.Limit, Demand: 1}}})
+		require.NoError(t, err, "%v", c.hold)
+		require.NoError(t, resp.Grants[1].Err, "%v", c.hold)
 		if c.ok {
-			assert.NoError(t, r.Validate(), "%v", c.hold)
+			assert.NoError(t, resp.Grants[0].Err, "%v", c.hold)
 		} else {
-			assert.ErrorIs(t, r.Validate(), fleet.ErrInvalid, "%v", c.hold)
+			assert.ErrorIs(t, resp.Grants[0].Err, fleet.ErrInvalid, "%v", c.hold)
 		}
 	}
 }

@@ -137,11 +137,13 @@ type Config struct {
 	// IdleTimeout is how long a key may go without requests before the
 	// node hands its lease back and forgets it; while the Limiter tracks
 	// more than three quarters of MaxKeys, two Intervals. Default
-	// 10s; at least two Intervals. It is also the longest a key far from
-	// its limit rests between syncs (up to 1,000 Intervals): a Syncer
-	// that allows it (Redis, for token buckets) grants such a key a
-	// lease that stands that long, and the key skips the regular syncs
-	// while its lease covers its traffic.
+	// 10s; at least two Intervals. It is also how long a key far from
+	// its limit rests between syncs at first: a Syncer that allows it
+	// (Redis, for token buckets) grants such a key a lease that stands
+	// that long, and the key skips the regular syncs while its lease
+	// covers its traffic. Once the key has been in use for two
+	// IdleTimeouts, it rests for two minutes, or the IdleTimeout if
+	// longer; either at most 1,000 Intervals.
 	IdleTimeout time.Duration
 
 	// MaxKeys caps the keys the Limiter tracks; past it, a new key gets

@@ -112,6 +112,7 @@ type keyState struct {
 	shareAt     int64   // when share was last refilled
 	nodes       int     // active nodes, from the last grant
 	lastSync    int64   // when the key was last synced
+	since       int64   // when its first grant came (see holdOf)
 	answeredAt  int64   // when the fleet last answered the key, or it was new
 	series      uint64  // Hybrid: the series its reports to the key itself count in (Usage.Series); 0 for a new one
 	seriesBase  int64   // spent when the series began

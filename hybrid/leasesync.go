@@ -57,7 +57,7 @@ func (l *Limiter) callLeases(ctx context.Context, f *link, batch []*keyState, ma
 			tg = l.shardUsages(req, tg, j, k, sent)
 			continue
 		}
-		u := fleet.Usage{Key: k.key, Limit: k.policy().limit, Consumed: s.consumed[j], Demand: k.requested, Paced: k.paced()}
+		u := fleet.Usage{Key: k.key, Limit: k.policy().limit, Consumed: s.consumed[j], Demand: k.requested, Paced: k.paced(), Hold: l.holdOf(k, sent)}
 		if h := k.handover; h.pending {
 			// What the shards were charged for is not the key's:
 			// this report counts as it is, and a new series

@@ -155,7 +155,7 @@ func TestLeaseAccounting(t *testing.T) {
 	series := u.Series
 	assert.NotZero(t, series, "reports are idempotent")
 	u.Series = 0 // random
-	assert.Equal(t, fleet.Usage{Key: "k", Limit: fleet.Limit{Limit: 1000, Window: time.Second, Burst: 1000}, Consumed: 1, Demand: 30}, u)
+	assert.Equal(t, fleet.Usage{Key: "k", Limit: fleet.Limit{Limit: 1000, Window: time.Second, Burst: 1000}, Consumed: 1, Demand: 30, Hold: 10 * time.Second}, u, "asks to rest up to its IdleTimeout (see holdOf)")
 	assert.Equal(t, 30, admit(t, l, "k", 40), "the lease of 30 is the allowance")
 
 	// The next report carries the 30 consumed.

@@ -157,10 +157,6 @@ func (f *link) errOpen() error {
 func (l *Limiter) request(f *link) *fleet.Request {
 	req := &f.req
 	req.Node, req.Interval, req.Shares, req.Fallback = l.cfg.Node, l.cfg.Interval, l.cfg.Shares, l.fallback
-	req.Hold = l.cfg.IdleTimeout // see rests
-	if l.cfg.Interval < math.MaxInt64/1000 {
-		req.Hold = min(req.Hold, 1000*l.cfg.Interval)
-	}
 	req.Keys = req.Keys[:0]
 	return req
 }
@@ -179,9 +175,9 @@ func (l *Limiter) call(ctx context.Context, f *link, i int, batch []*keyState, m
 	if i == 0 && l.ldir != nil {
 		return l.callLeases(ctx, f, batch, marks)
 	}
-	req := l.request(f)
+	req, now := l.request(f), l.now()
 	for j, k := range batch {
-		u := fleet.Usage{Key: k.key, Limit: k.policy().limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested, Paced: k.paced()}
+		u := fleet.Usage{Key: k.key, Limit: k.policy().limit, Consumed: k.unreported(i, marks[j].s0), Demand: k.requested, Paced: k.paced(), Hold: l.holdOf(k, now)}
 		u.Series, u.Total = k.seriesOf(l.syncs.rng, marks[j].s0)
 		req.Keys = append(req.Keys, u)
 	}

@@ -1,6 +1,11 @@
 package hybrid
 
-import "github.com/zeebo/xxh3"
+import (
+	"math"
+	"time"
+
+	"github.com/zeebo/xxh3"
+)
 
 // Keys that rest: a key far from its limit whose lease covers its
 // traffic skips the regular rounds, so that the fleet's work follows the
@@ -18,6 +23,40 @@ const restSyncs = 3
 // off alone (see restless): on a Cluster of three masters, sixteen keys
 // all on the dead master's slots are one chance in 43 million.
 const cutCompanions = 16
+
+// settledRest is how long a key far from its limit may rest between
+// syncs once it has been in use for two IdleTimeouts (see holdOf), if
+// the IdleTimeout is shorter and 1,000 Intervals longer. Each node's
+// share of a key then costs Redis a sync every minute and a half or so,
+// rather than every IdleTimeout: 8 nodes sharing 10,000 keys at the
+// defaults asked for 9,100 key syncs a second, more than one Redis
+// made (a warm-up that never ended, at 0.78 of a Redis core), and ask
+// for about 900 once settled (BenchmarkFleetManyKeys). What a longer
+// rest costs is bounded by the lease it stands on: a resting lease is
+// at most a quarter of the burst's part of each node, and all of a
+// key's resting leases at most half its burst, which a node that dies
+// holds out of the fleet's bucket until they lapse; a Reset on another
+// node reaches a resting lease when it lapses (see Reset).
+const settledRest = 2 * time.Minute
+
+// holdOf is the Hold k asks of the fleet at now (fleet.Usage.Hold): the
+// longest its lease may stand while it rests. The IdleTimeout at first,
+// so that a key seen once, handed back an IdleTimeout later, leaves
+// Redis its state for no longer than before (Redis keeps it about a
+// Hold: with two minutes, a flood of one-off keys would take eight
+// times the memory); settledRest, at most 1,000 Intervals, once k has
+// been in use for two IdleTimeouts since its first grant. Sync loop
+// only.
+func (l *Limiter) holdOf(k *keyState, now int64) time.Duration {
+	most := time.Duration(math.MaxInt64)
+	if l.cfg.Interval < math.MaxInt64/1000 {
+		most = 1000 * l.cfg.Interval
+	}
+	if idle := l.cfg.IdleTimeout; k.hasGrant.Load() && (now-k.since)/2 > int64(min(idle, most)) {
+		return min(most, max(idle, settledRest))
+	}
+	return min(most, l.cfg.IdleTimeout)
+}
 
 // restless keeps the keys of batch that this regular round must sync;
 // the others rest (see rests). Sync loop only.
@@ -84,7 +123,7 @@ func oldest(out, resting []*keyState, n int) []*keyState {
 // rests reports whether k may skip the regular round at now, and if so
 // brings its forecast and counts up to date as a sync would. The fleet
 // lets a key rest by granting its lease for longer than two intervals
-// (fleet.Request.Hold, at most the IdleTimeout): Redis does so while
+// (fleet.Usage.Hold: see holdOf): Redis does so while
 // what the key has spent and the lease come to at most a quarter of
 // its burst, for a lease of at most a quarter of the burst's part of
 // each node. k rests while that lease stands past the round after next

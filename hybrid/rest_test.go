@@ -14,7 +14,8 @@ import (
 )
 
 // TestRestingKeysWakeApart: keys that came together (a node's start)
-// rest on leases that lapse together, one Hold after their last sync.
+// rest on leases that lapse together, one Hold after their last sync
+// (the IdleTimeout, for their first rest).
 // Woken all at once, each Hold's round would carry every key, as a
 // round without resting does every Interval (100,000 keys: 2.5 s a
 // round, against an Interval of 100 ms). Each key wakes up to a
@@ -30,7 +31,7 @@ func TestRestingKeysWakeApart(t *testing.T) {
 		for i := range req.Keys {
 			// A Syncer that lets every key rest: a lease for the Hold,
 			// the key far from its limit.
-			resp.Grants[i] = fleet.Grant{Lease: 1000, TTL: req.Hold, Remaining: 1000, Nodes: 1, Weight: 1}
+			resp.Grants[i] = fleet.Grant{Lease: 1000, TTL: req.Keys[i].Hold, Remaining: 1000, Nodes: 1, Weight: 1}
 		}
 		perRound = append(perRound, len(req.Keys))
 		return resp, nil
@@ -39,7 +40,7 @@ func TestRestingKeysWakeApart(t *testing.T) {
 		Policies: []hybrid.Policy{{Name: "api", Limit: 1000, Window: time.Second}}})
 	ctx := context.Background()
 	most := 0
-	for r := range 150 { // 15 s: three Holds
+	for r := range 150 { // 15 s: three IdleTimeouts
 		for i := range keys {
 			d, err := l.Allow(fmt.Sprint("k", i))
 			require.NoError(t, err)
@@ -56,4 +57,66 @@ func TestRestingKeysWakeApart(t *testing.T) {
 	}
 	t.Logf("most keys in a round once they rest: %d of %d", most, keys)
 	assert.LessOrEqual(t, most, keys/5, "keys woken in one round")
+}
+
+// TestSettledKeysRestLonger: a key asks to rest (fleet.Usage.Hold) for
+// the IdleTimeout at first, and once in use for two IdleTimeouts since
+// its first grant, for two minutes at most 1,000 Intervals, so that a
+// key used for good costs the fleet a sync a minute and a half or so.
+// A key seen once never asks for more than the IdleTimeout: it is
+// handed back and forgotten an IdleTimeout on, and its state in Redis,
+// kept for about its Hold, outlives it by no more than before.
+func TestSettledKeysRestLonger(t *testing.T) {
+	t.Parallel()
+	type asked struct {
+		at   time.Duration
+		hold time.Duration
+	}
+	holds := map[string][]asked{}
+	var at time.Duration
+	s := syncFunc(func(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+		resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
+		for i, u := range req.Keys {
+			// A Syncer that lets every key rest, as Redis lets a key
+			// far from its limit.
+			resp.Grants[i] = fleet.Grant{Lease: 1000, TTL: u.Hold, Remaining: 1000, Nodes: 1, Weight: 1}
+			if u.Demand == 0 { // handed back
+				resp.Grants[i].Lease, resp.Grants[i].TTL = 0, 0
+			}
+			holds[u.Key] = append(holds[u.Key], asked{at, u.Hold})
+		}
+		return resp, nil
+	})
+	l, clk := manual(t, hybrid.Config{Syncer: s, IdleTimeout: 5 * time.Second, HotKeyRate: -1,
+		Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}})
+	ctx := context.Background()
+	for r := range 300 { // 30 s
+		if r%10 == 0 {
+			_, err := l.Allow("busy") // once a second, for good
+			require.NoError(t, err)
+		}
+		if r == 0 {
+			_, err := l.Allow("once")
+			require.NoError(t, err)
+		}
+		require.NoError(t, l.SyncOnce(ctx))
+		clk.Advance(100 * time.Millisecond)
+		at += 100 * time.Millisecond
+	}
+	require.NotEmpty(t, holds["once"])
+	for _, a := range holds["once"] {
+		assert.Equal(t, 5*time.Second, a.hold, "a key seen once asks for the IdleTimeout (at %v)", a.at)
+	}
+	assert.Less(t, holds["once"][len(holds["once"])-1].at, 6*time.Second, "handed back and forgotten")
+	busy := holds["busy"]
+	for _, a := range busy {
+		want := 5 * time.Second // the IdleTimeout
+		if a.at > 10*time.Second+200*time.Millisecond {
+			want = 100 * time.Second // 1,000 Intervals, under two minutes
+		}
+		if a.at < 10*time.Second-200*time.Millisecond || a.at > 10*time.Second+200*time.Millisecond {
+			assert.Equal(t, want, a.hold, "busy's Hold at %v", a.at)
+		}
+	}
+	assert.Equal(t, 100*time.Second, busy[len(busy)-1].hold)
 }

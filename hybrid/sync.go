@@ -323,6 +323,9 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	k.share -= float64(whole)
 	k.nodes = g.Nodes
 	k.weightBits.Store(math.Float64bits(g.Weight))
+	if !k.hasGrant.Load() {
+		k.since = now
+	}
 	k.hasGrant.Store(true)
 	for h := l.nodesHint.Load(); int64(g.Nodes) > h && !l.nodesHint.CompareAndSwap(h, int64(g.Nodes)); h = l.nodesHint.Load() {
 	}

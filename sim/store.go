@@ -152,11 +152,15 @@ func (s *store) apply(o *op, now int64) {
 			continue
 		}
 		st := s.keys[u.Key]
-		hold := o.req.Hold.Microseconds()
+		hold := u.Hold.Microseconds()
+		if hold < 0 || hold > 1000*interval { // as Redis: see leaseItem
+			resp.Grants[i].Err = fmt.Errorf("%w: key %q: Hold is %v; it must be from 0 to 1,000 Intervals", fleet.ErrInvalid, u.Key, u.Hold)
+			continue
+		}
 		if u.Limit.Algorithm != local.TokenBucket {
 			hold = 0 // only a token bucket's key rests (see leaseItem)
 		}
-		ttl := 2*u.Limit.Window.Microseconds() + 10*interval + min(hold, 1000*interval)
+		ttl := 2*u.Limit.Window.Microseconds() + 10*interval + hold
 		if st == nil || now > st.until { // expired
 			st = &lease{nodes: map[string]*nodeLease{}, tokens: math.NaN()}
 			s.keys[u.Key] = st

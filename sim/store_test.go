@@ -211,7 +211,7 @@ func TestStoreMatchesRedisPaced(t *testing.T) {
 }
 
 // TestStoreMatchesRedisRest is TestStoreMatchesRedis for leases granted
-// for the node's Hold (fleet.Request.Hold): a key well under its limit
+// for the key's Hold (fleet.Usage.Hold): a key well under its limit
 // rests on a node, which is counted active, its lease live, until the
 // lease lapses, though it is silent for longer than the stale horizon;
 // a lease beyond its part of a quarter of the burst (a node demanding
@@ -243,8 +243,8 @@ func TestStoreMatchesRedisRest(t *testing.T) {
 		{"c", fleet.Usage{Consumed: 100, Demand: 10}, 0, 2 * interval, 1, 350}, // every other lease lapsed: c alone, the others reserved for; 350 spent, reserved and leased, over a quarter: no rest
 	}
 	for i, s := range steps {
-		s.u.Key, s.u.Limit = "rest", lim
-		req := fleet.Request{Node: s.node, Interval: interval, Hold: hold, Fallback: fallback, Keys: []fleet.Usage{s.u}}
+		s.u.Key, s.u.Limit, s.u.Hold = "rest", lim, hold
+		req := fleet.Request{Node: s.node, Interval: interval, Fallback: fallback, Keys: []fleet.Usage{s.u}}
 		w, g, gap := syncBoth(t, r, client, st, req)
 		what := fmt.Sprintf("step %d (%s %+v, call took %v)", i, s.node, s.u, gap)
 		t.Logf("%s: redis lease %d used %d ttl %v nodes %d; sim lease %d used %d ttl %v nodes %d", what, w.Lease, w.Used, w.TTL, w.Nodes, g.Lease, g.Used, g.TTL, g.Nodes)
