@@ -68,7 +68,7 @@ end
 -- and quiet from then on, not from its last sync. A node quiet for more
 -- than keep µs, on this key and (heardAt) every other, is forgotten:
 -- its fields are deleted.
-local function scan(h, key, node, now, stale, keep, interval, alive)
+local function scan(h, key, node, now, stale, keep, interval, alive, hot)
   local total, count, out, resting, silent, e = 0, 0, 0, 0, {}, now + 1000 * interval
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
@@ -81,11 +81,23 @@ local function scan(h, key, node, now, stale, keep, interval, alive)
         -- A sliding window's lease (g a window number, far below any
         -- time in µs) is counted in its window, never out.
         if (stored(h['g:' .. n], 'g:' .. n, 0) or 0) * 1000 <= now then l = 0 end
-        if (not active and (d > 0 or l > 0)) or (active and not live and l > 0) then at = heardAt(alive, n, now) end
+        if (not active and (d > 0 or l > 0)) or (active and not live and l > 0) or (rests and hot) then at = heardAt(alive, n, now) end
         local hears = at >= now - stale
         local last = math.max(seen, rest - 2 * interval, at) -- last heard, on this key (its lease standing) or another
+        -- A node resting on a key past a quarter of its burst (hot) that
+        -- Redis has heard, but not for the stale horizon, is cut off: it
+        -- spends its lease and then its fail-static share, on its ladder
+        -- from when it was last heard, not from its lease's lapse (a
+        -- rest lasts up to two minutes). Its lease stays out, and it is
+        -- reserved for as a silent node. (Not known where Redis keeps no
+        -- set of the nodes it hears, a Cluster: there the lapse.)
+        local cut = rests and hot and at > 0 and not hears
         if now - last > keep then
           redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 't:' .. n)
+        elseif cut then
+          e = math.min(e, now + interval) -- reserved for an interval ahead
+          out = out + l
+          if d > 0 then silent[#silent + 1] = {n = n, seen = math.max(seen, at), d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0} end
         elseif active then
           count = count + 1
           total = total + d
@@ -148,7 +160,7 @@ end
 -- aT: as a false tokens would, it may shift shares, hold tokens back, or
 -- (live leases too low) lease again what is out.
 -- aN stays below 2^31 - 1, the most nodes a reply may count.
-local function fleetOf(key, h, read, node, now, stale, keep, interval, alive)
+local function fleetOf(key, h, read, node, now, stale, keep, interval, alive, hot)
   local a = {T = aggregate(h['aT'], 0, now), iv = aggregate(h['aI'], 1, 1000 * interval),
     N = aggregate(h['aN'], 0, 2147483645), O = aggregate(h['aO'], 0, huge), R = aggregate(h['aR'], 0, huge)}
   a.D = aggregate(h['aD'], 0, (a.N or 0) * maxLimit)
@@ -157,6 +169,10 @@ local function fleetOf(key, h, read, node, now, stale, keep, interval, alive)
   local due = (a.T or 0) + interval
   local e = aggregate(h['aE'], a.T or 0, (a.T or 0) + 1000 * interval)
   if e and a.T and aggregate(h['aX'], 0, now) == a.T then due = math.max(due, e) end
+  -- Hot, with leases resting (this node's, or others' that may be cut
+  -- off: see scan), at most the stale horizon, so that a node cut off
+  -- while it rests is found within it.
+  if hot and a.T and (a.R or 0) > 0 then due = math.min(due, a.T + math.max(interval, stale)) end
   local silent = {}
   if not (a.T and a.iv and a.D and a.N and a.O and a.R) or now >= due then
     a.D, a.N, a.O, a.R, a.T, a.iv, a.E = 0, 0, 0, 0, now, interval, now + 1000 * interval
@@ -164,7 +180,7 @@ local function fleetOf(key, h, read, node, now, stale, keep, interval, alive)
     -- has no other node to scan, and keeps no aggregate (see
     -- aggregated): one kept from other nodes since gone is deleted.
     if redis.call('HLEN', key) > read then
-      a.D, a.N, a.O, a.R, silent, a.E = scan(readState(key), key, node, now, stale, keep, interval, alive)
+      a.D, a.N, a.O, a.R, silent, a.E = scan(readState(key), key, node, now, stale, keep, interval, alive, hot)
     else
       a.alone = true
       if h['aT'] or h['aI'] or h['aD'] or h['aN'] or h['aO'] or h['aR'] or h['aE'] or h['aX'] then

@@ -229,6 +229,11 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   local tokens, was = stored(st[1], 'tokens', -huge), whole(h['b'], 'b', 1)
   if tokens and was and was ~= burst then tokens = tokens + burst - was end
   tokens = refill(tokens or burst, stored(st[2], 'ts', 0) or now, now, rate, burst)
+  -- More than a quarter of the burst spent (the bucket and the leases
+  -- out, as the aggregate last held them, under three quarters): the key
+  -- is no longer far from its limit, and a node resting on it that Redis
+  -- no longer hears is cut off (see scan).
+  local hot = tokens + (aggregate(h['aO'], 0, huge) or 0) < burst * 3 / 4
   local k = whole(st[5], 'k:' .. node, 1)
   local series, upto, behind
   consumed, series, upto, behind = once(consumed, rseries, rtotal, k, whole(st[6], 'c:' .. node, 0))
@@ -290,7 +295,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   local most = slackOf(limit, window, interval)
   local grace = steps[#steps - 1] or 0
   local keep = math.max(stale + math.min(window, 100 * interval), grace + 2 * interval)
-  local a, silent = fleetOf(key, h, read, node, now, stale, keep, interval, alive)
+  local a, silent = fleetOf(key, h, read, node, now, stale, keep, interval, alive, hot)
   local total, count, out = a.D + demand, a.N + 1, a.O
   tokens = math.min(tokens, burst - out)
   tokens = tokens - reserve(key, silent, total, count, equal, rate, interval, now, steps)
@@ -383,7 +388,7 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   local avail = limit - est
   if avail < 0 then avail = 0 end
 
-  local a = fleetOf(key, h, read, node, now, stale, stale + math.min(window, 100 * interval), interval, '') -- reserves nothing: no need to ask who is heard
+  local a = fleetOf(key, h, read, node, now, stale, stale + math.min(window, 100 * interval), interval, '', false) -- reserves nothing: no need to ask who is heard
   local total, count = a.D + demand, a.N + 1
   local weight = share(demand, total, count, equal)
   local most = slackOf(limit, window, interval)

@@ -26,7 +26,8 @@ import (
 // took to settle (warm-up-s: until the first 5 s without a late round).
 // A case takes about two and a half minutes; run it alone: -bench
 // FleetManyKeys -benchtime 1x (-v, or FLEET_TRACE=1, logs every 5 s;
-// FLEET_NODES and FLEET_KEYS set the size). Issue 21 asks for 8 nodes ×
+// FLEET_NODES and FLEET_KEYS set the size, FLEET_WARM the time before
+// the measure). Issue 21 asks for 8 nodes ×
 // 100,000 keys under half a core; the case here is 10,000 keys a node,
 // as this machine's 2 cores hold beside Redis, and docs/redis.md scales
 // it.
@@ -95,6 +96,9 @@ func fleetManyKeys(b *testing.B, nodes, keys int, idle time.Duration) {
 	}
 	const slice = 5 * time.Second
 	warm, measure := 2*idle+20*time.Second, 100*time.Second
+	if v, err := time.ParseDuration(os.Getenv("FLEET_WARM")); err == nil {
+		warm = v
+	}
 	trace := testing.Verbose() || os.Getenv("FLEET_TRACE") != ""
 	c0, s0, r0, l0, m0 := srv.CPU(b), uint64(0), uint64(0), uint64(0), srv.Commands(b)
 	var cpu time.Duration

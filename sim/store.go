@@ -232,8 +232,25 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	}
 	var silent []quiet
 	a := &st.agg
+	rate := float64(lim.Limit) / window
+	hot := false // more than a quarter of the burst spent, by the bucket and the leases out as the aggregate last held them
+	if tb {
+		t := burst
+		if !math.IsNaN(st.tokens) {
+			t = min(burst, st.tokens+float64(max(0, now-st.ts))*rate)
+		}
+		out := 0.0
+		if a.ok {
+			out = a.out
+		}
+		hot = t+out < burst*3/4
+	}
+	due := max(a.e, a.t+interval)
+	if hot && a.resting > 0 { // resting nodes may be cut off: asked at least every stale horizon (the scripts' fleetOf)
+		due = min(due, a.t+max(interval, stale))
+	}
 	alone := false // no other node recorded at a scan: no aggregate kept
-	if !a.ok || now >= max(a.e, a.t+interval) || now < a.t {
+	if !a.ok || now >= due || now < a.t {
 		alone = len(st.nodes) == 1
 		*a = aggregate{ok: true, t: now, iv: interval, st: stale, e: now + 1000*interval}
 		for n, o := range st.nodes {
@@ -247,13 +264,21 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 				l = 0
 			}
 			var at int64 // when heard on any key (token buckets only: a sliding window asks no one); 0 if not known
-			if t, ok := heard[n]; tb && ok && t <= now && (!active && (o.demand > 0 || l > 0) || active && !live && l > 0) {
+			if t, ok := heard[n]; tb && ok && t <= now && (!active && (o.demand > 0 || l > 0) || active && !live && l > 0 || rests && hot) {
 				at = t
 			}
 			hears := at >= now-stale
 			last := max(o.seen, rest-2*interval, at)
 			if now-last > keep { // quiet since the lapse, here and on every other key
 				delete(st.nodes, n)
+				continue
+			}
+			if rests && hot && at > 0 && !hears { // resting, but cut off: its lease out, reserved for from when last heard (the scripts' scan)
+				a.e = min(a.e, now+interval)
+				a.out += l
+				if o.demand > 0 {
+					silent = append(silent, quiet{o, max(o.seen, at)})
+				}
 				continue
 			}
 			if !active {
@@ -309,7 +334,6 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 
 	g := fleet.Grant{TTL: time.Duration(2*interval) * time.Microsecond, Nodes: count, Weight: math.Floor(weight*1e6) / 1e6}
 	if lim.Algorithm == local.TokenBucket {
-		rate := float64(lim.Limit) / window
 		if math.IsNaN(st.tokens) {
 			st.tokens, st.ts = burst, now
 		}

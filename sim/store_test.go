@@ -288,3 +288,47 @@ func TestStoreMatchesRedisHeard(t *testing.T) {
 	assert.LessOrEqual(t, wa.Lease+w.Lease, lim.Limit, "a's lease stays out")
 	t.Logf("a holds %d; b leased %d (redis) %d (sim)", wa.Lease, w.Lease, g.Lease)
 }
+
+// TestStoreMatchesRedisRestingCut is TestStoreMatchesRedisHeard for a
+// node resting on a key (global's TestRestingNodeCutOff): once the key
+// is more than a quarter spent, a resting node Redis stopped hearing is
+// cut off, its lease out and its share reserved from when last heard;
+// one heard elsewhere still rests.
+func TestStoreMatchesRedisRestingCut(t *testing.T) {
+	t.Parallel()
+	for _, heard := range []bool{false, true} {
+		r, client := realStore(t)
+		lim := fleet.Limit{Limit: 1000, Window: 10 * time.Second}
+		fallback := []partition.Step{{Until: time.Minute, Factor: 1}, {Factor: 0.5}}
+		st := &store{keys: map[string]*lease{}}
+		sync := func(node, key string, u fleet.Usage) (fleet.Grant, fleet.Grant) {
+			u.Key, u.Limit, u.Hold = key, lim, 10*time.Second
+			w, g, _ := syncBoth(t, r, client, st, fleet.Request{Node: node, Interval: 10 * time.Millisecond, Fallback: fallback, Keys: []fleet.Usage{u}})
+			return w, g
+		}
+		sync("a", "k", fleet.Usage{Demand: 10, Series: 1})
+		sync("b", "k", fleet.Usage{Demand: 10, Series: 2})
+		for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if heard {
+				sync("a", "other", fleet.Usage{Demand: 1})
+			}
+		}
+		sync("b", "k", fleet.Usage{Consumed: 800, Demand: 100, Series: 2, Total: 800})
+		for i := range 3 {
+			time.Sleep(10 * time.Millisecond)
+			if heard {
+				sync("a", "other", fleet.Usage{Demand: 1})
+			}
+			w, g := sync("b", "k", fleet.Usage{Demand: 100, Series: 2, Total: 800})
+			what := fmt.Sprintf("heard %v, b's lease %d", heard, i)
+			assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
+			assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
+			assert.InDelta(t, w.Used, g.Used, 1, "used: %s", what)
+			want := 2
+			if !heard {
+				want = 1
+			}
+			assert.Equal(t, want, w.Nodes, "nodes: %s", what)
+		}
+	}
+}

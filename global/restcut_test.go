@@ -1,0 +1,81 @@
+package global_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
+	"github.com/hybridlimit/hybridlimit/partition"
+)
+
+// TestRestingNodeCutOff: a node resting on a key (its lease granted for
+// its Hold, up to two minutes) that Redis stops hearing altogether is
+// cut off, spending its lease and then its fail-static share on its
+// ladder. Once the key is more than a quarter spent, Redis counts it
+// out: its lease stays out of the bucket, and its share is reserved from
+// when Redis last heard it, not from its lease's lapse, so that the
+// nodes Redis hears do not take the whole limit meanwhile. Before, a
+// resting node counted as active, its lease out and nothing reserved,
+// until the lease lapsed. A resting node heard on other keys is not cut
+// off: it spends at most its lease.
+func TestRestingNodeCutOff(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		heard bool // a syncs another key meanwhile
+	}{
+		{"cut off", false},
+		{"heard elsewhere", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := redistest.StartServer(t)
+			r := newSyncer(t, s.DeadlineClient(t))
+			lim := fleet.Limit{Limit: 1000, Window: 10 * time.Second}
+			const interval = 10 * time.Millisecond
+			steps := []partition.Step{{Until: time.Minute, Factor: 1}, {Factor: 0.5}}
+			sync := func(node, key string, u fleet.Usage) fleet.Grant {
+				u.Key, u.Limit, u.Hold = key, lim, 10*time.Second // 1,000 Intervals
+				resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: interval, Fallback: steps, Keys: []fleet.Usage{u}})
+				require.NoError(t, err)
+				require.NoError(t, resp.Grants[0].Err)
+				return resp.Grants[0]
+			}
+			a := sync("a", "k", fleet.Usage{Demand: 10, Series: 1})
+			require.Greater(t, a.TTL, time.Second, "a rests on the key")
+			b := sync("b", "k", fleet.Usage{Demand: 10, Series: 2})
+			require.Greater(t, b.TTL, time.Second, "b rests on the key")
+			for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); time.Sleep(interval) {
+				if c.heard {
+					sync("a", "other", fleet.Usage{Demand: 1})
+				}
+			}
+			// b spends 800 of the burst of 1,000: the key is hot from
+			// its next lease on.
+			g := sync("b", "k", fleet.Usage{Consumed: 800, Demand: 100, Series: 2, Total: 800})
+			for range 3 {
+				time.Sleep(interval)
+				if c.heard {
+					sync("a", "other", fleet.Usage{Demand: 1})
+				}
+				g = sync("b", "k", fleet.Usage{Demand: 100, Series: 2, Total: 800})
+			}
+			reserved, err := s.Client(t).HGet(context.Background(), global.RedisKeyForTest("hl:", "k", "lease"), "p:a").Float64()
+			t.Logf("b's lease %d, nodes %d, used %d; a's reserve %v (%v)", g.Lease, g.Nodes, g.Used, reserved, err)
+			if c.heard {
+				assert.Equal(t, 2, g.Nodes, "a, heard, still rests on the key")
+				assert.Zero(t, reserved, "nothing reserved for a node Redis hears")
+			} else {
+				assert.Equal(t, 1, g.Nodes, "a, cut off, is no longer active")
+				assert.Positive(t, reserved, "a's fail-static share reserved from when Redis last heard it")
+			}
+			assert.LessOrEqual(t, g.Used+g.Lease, lim.Limit, "a's resting lease stays out")
+		})
+	}
+}
