@@ -318,7 +318,7 @@ func (l *Limiter) allowNew(key string, now, n int64, c *callLimit) (Decision, er
 	if l.keys.Len() >= l.cfg.MaxKeys && !l.makeRoom() {
 		return l.errDecision(ErrTooManyKeys), ErrTooManyKeys
 	}
-	k := &keyState{key: key}
+	k := &keyState{key: key, hash: uint32(xxh3.HashString(key))}
 	k.pol.Store(pol)
 	k.gen.Store(t.gen)
 	if pol.Mode != Strict {

@@ -192,6 +192,7 @@ func (l *Limiter) resolve(t *policyTable, key string) *policy {
 // t's, to the policy it resolves to in t, at now. Sync loop only.
 func (l *Limiter) rehome(k *keyState, t *policyTable, now int64) {
 	k.gen.Store(t.gen)
+	k.parkAt = 0 // what it rests on may have changed: see rests
 	was := k.policy()
 	p := l.resolve(t, k.key)
 	if t.localFirst && p != nil && p.Mode == Local {

@@ -251,7 +251,7 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, closing bool, factor float64) {
 	k.early.Store(false)
 	elapsed := min(now-k.lastSync, 2*int64(l.cfg.Interval))
-	k.lastSync = now
+	k.lastSync, k.parkAt = now, 0
 	if g.Err != nil {
 		if !errors.Is(g.Err, errUnsettled) {
 			if errors.Is(g.Err, fleet.ErrUnreachable) {
