@@ -151,7 +151,7 @@ func (r *Redis) Sync(ctx context.Context, req *fleet.Request) (*fleet.Response, 
 	interval := micros(req.Interval)
 	items := make([]leaseItem, 0, len(req.Keys))
 	for i, u := range req.Keys {
-		it, err := r.leaseItem(interval, u)
+		it, err := r.leaseItem(req.Interval, u)
 		if err != nil {
 			resp.Grants[i].Err = err
 			continue
@@ -383,14 +383,15 @@ func batchCall(head []any, items []leaseItem, g []int) scriptCall {
 
 // leaseItem is u's part of a lease batch but for its index. Consumed
 // and Demand are counted up to MaxLimit, which the scripts keep exact.
-func (r *Redis) leaseItem(interval int64, u fleet.Usage) (leaseItem, error) {
+func (r *Redis) leaseItem(iv time.Duration, u fleet.Usage) (leaseItem, error) {
+	interval := micros(iv)
 	if err := u.Limit.Validate(); err != nil {
 		return leaseItem{}, fmt.Errorf("%w: key %q: %v", fleet.ErrInvalid, u.Key, err)
 	}
 	if u.Consumed < 0 || u.Demand < 0 || u.Total < 0 {
 		return leaseItem{}, fmt.Errorf("%w: key %q: Consumed, Demand and Total must not be negative", fleet.ErrInvalid, u.Key)
 	}
-	if u.Hold < 0 || int64(u.Hold/time.Microsecond) > 1000*interval {
+	if u.Hold < 0 || u.Hold/1000 > iv { // in ns: 1,000 Intervals of 111,111,111 ns are 111,111,111 µs, past 1,000 of 111,111 µs (clamped below)
 		return leaseItem{}, fmt.Errorf("%w: key %q: Hold is %v; it must be from 0 to 1,000 Intervals", fleet.ErrInvalid, u.Key, u.Hold)
 	}
 	if u.Series > fleet.MaxLimit || u.Total > fleet.MaxLimit {
@@ -412,7 +413,7 @@ func (r *Redis) leaseItem(interval int64, u fleet.Usage) (leaseItem, error) {
 	window := micros(u.Limit.Window)
 	// The state outlives a full refill and a few intervals, and a lease
 	// a node rests on (a token bucket's, on the key itself).
-	hold := int64(u.Hold / time.Microsecond)
+	hold := min(int64(u.Hold/time.Microsecond), 1000*interval)
 	if alg != 0 || u.Shard != (fleet.Shard{}) {
 		hold = 0
 	}

@@ -111,7 +111,12 @@ local function scan(h, key, node, now, stale, keep, interval, alive, hot)
           if hears then
             out = out + l
           elseif d > 0 then
-            silent[#silent + 1] = {n = n, seen = last, d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
+            -- Reserved for from when Redis last heard it, if it knows:
+            -- a node cut off while it rested spends on its ladder from
+            -- then, not from its lease's lapse.
+            local from = last
+            if at > 0 then from = math.max(seen, at) end
+            silent[#silent + 1] = {n = n, seen = from, d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
           end
         end
       end

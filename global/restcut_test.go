@@ -79,3 +79,50 @@ func TestRestingNodeCutOff(t *testing.T) {
 		})
 	}
 }
+
+// TestRestingNodeCutOffLapses: the reserve for a node cut off while it
+// rested goes on growing from when Redis last heard it once its lease
+// has lapsed too (a first version then counted from the lapse, which
+// froze the reserve below what was charged already).
+func TestRestingNodeCutOffLapses(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	lim := fleet.Limit{Limit: 1000, Window: 10 * time.Second}
+	const interval = 10 * time.Millisecond
+	steps := []partition.Step{{Until: time.Minute, Factor: 1}, {Factor: 0.5}}
+	sync := func(node string, u fleet.Usage) fleet.Grant {
+		u.Key, u.Limit, u.Hold = "k", lim, 300*time.Millisecond
+		resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: interval, Fallback: steps, Keys: []fleet.Usage{u}})
+		require.NoError(t, err)
+		require.NoError(t, resp.Grants[0].Err)
+		return resp.Grants[0]
+	}
+	reserved := func() float64 {
+		v, err := s.Client(t).HGet(context.Background(), global.RedisKeyForTest("hl:", "k", "lease"), "p:a").Float64()
+		require.NoError(t, err)
+		return v
+	}
+	heard := time.Now()
+	require.Greater(t, sync("a", fleet.Usage{Demand: 10, Series: 1}).TTL, 2*interval, "a rests")
+	sync("b", fleet.Usage{Demand: 10, Series: 2})
+	time.Sleep(50 * time.Millisecond) // a is cut off: not heard since
+	sync("b", fleet.Usage{Consumed: 800, Demand: 100, Series: 2, Total: 800})
+	var before float64
+	var at time.Time
+	for range 3 {
+		time.Sleep(interval)
+		at = time.Now()
+		sync("b", fleet.Usage{Demand: 100, Series: 2, Total: 800})
+		before = reserved()
+	}
+	time.Sleep(400 * time.Millisecond) // past a's lapse
+	end := time.Now()
+	sync("b", fleet.Usage{Demand: 100, Series: 2, Total: 800})
+	after := reserved()
+	// The reserve is a's share of the rate since it was last heard (the
+	// ladder's first step lasts a minute): it grows as the time does.
+	grown := float64(end.Sub(heard)) / float64(at.Sub(heard))
+	t.Logf("a's reserve while resting %.2f, after its lapse %.2f: %.1f times, for %.1f times the time", before, after, after/before, grown)
+	assert.GreaterOrEqual(t, after, before*grown*0.8, "the reserve grows from when Redis last heard a")
+}

@@ -175,14 +175,18 @@ func TestHoldValidated(t *testing.T) {
 	t.Parallel()
 	r := newSyncer(t, redistest.StartServer(t).DeadlineClient(t))
 	for _, c := range []struct {
-		hold time.Duration
-		ok   bool
+		hold, iv time.Duration
+		ok       bool
 	}{
-		{0, true}, {10 * time.Second, true}, {1000 * time.Second, true},
-		{-time.Nanosecond, false}, {1000*time.Second + time.Millisecond, false}, {time.Duration(math.MaxInt64), false},
+		{0, time.Second, true}, {10 * time.Second, time.Second, true}, {1000 * time.Second, time.Second, true},
+		{-time.Nanosecond, time.Second, false}, {1000*time.Second + time.Millisecond, time.Second, false},
+		{time.Duration(math.MaxInt64), time.Second, false},
+		// 1,000 Intervals of a whole number of ns, not of µs: 1,000 times
+		// the Interval's µs is less (hybrid asks for it: holdOf).
+		{1000 * (time.Second / 9), time.Second / 9, true},
 	} {
 		u := fleet.Usage{Key: "k", Limit: fleet.Limit{Limit: 100, Window: time.Second}, Demand: 1, Hold: c.hold}
-		resp, err := r.Sync(context.Background(), &fleet.Request{Node: "n", Interval: time.Second, Keys: []fleet.Usage{u, {Key: "other", Limit: u.Limit, Demand: 1}}})
+		resp, err := r.Sync(context.Background(), &fleet.Request{Node: "n", Interval: c.iv, Keys: []fleet.Usage{u, {Key: "other", Limit: u.Limit, Demand: 1}}})
 		require.NoError(t, err, "%v", c.hold)
 		require.NoError(t, resp.Grants[1].Err, "%v", c.hold)
 		if c.ok {

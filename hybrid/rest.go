@@ -146,15 +146,16 @@ func oldest(out, resting []*keyState, n int) []*keyState {
 // fail by time alone: its lease's lapse (with the margin and its wake
 // jitter), its going idle, and its forecast spending the lease down to
 // the low-water mark and the margin's need; and for at most parkFor.
-// Until then rests answers at
-// once, unless k was refused meanwhile or failed, the table is crowded
-// (keys go idle sooner), or a sync or a policy change unparked it;
-// spending faster than the forecast asks for an early sync at the
-// low-water mark, as any key does. (Looked at in full every round, a
-// round of 100,000 resting keys took 23 ms, of a million 305 ms: three
-// Intervals.) crowded is l.crowded(). Sync loop only.
+// Until then rests answers at once, unless k was refused meanwhile,
+// asked for an early sync (which the loop may not have taken: a full
+// queue, or ManualSync), or failed, the table is crowded (keys go idle
+// sooner), or a sync or a policy change unparked it; spending faster
+// than the forecast asks for an early sync at the low-water mark, as
+// any key does. (Looked at in full every round, a round of 100,000
+// resting keys took 23 ms, of a million 301 ms: three Intervals.)
+// crowded is l.crowded(). Sync loop only.
 func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
-	if now < k.parkAt && !crowded && !k.failing.Load() && k.refused.Load() == k.refusedSeen {
+	if now < k.parkAt && !crowded && !k.early.Load() && !k.failing.Load() && k.refused.Load() == k.refusedSeen {
 		return true
 	}
 	iv := int64(l.cfg.Interval)
@@ -173,9 +174,10 @@ func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
 	if now >= wake {
 		return false
 	}
-	need := ceil(k.rate * float64(margin) / 1e9 * headroom)
-	spare := allowanceOf(k.word.Load()) - k.low.Load() - need
-	if spare < 0 {
+	spare := func() int64 {
+		return allowanceOf(k.word.Load()) - k.low.Load() - ceil(k.rate*float64(margin)/1e9*headroom)
+	}
+	if spare() < 0 {
 		return false
 	}
 	m := mark{refused: k.refused.Load()}
@@ -183,8 +185,8 @@ func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
 	l.forecast(k, now, m)
 	k.roll(now, m.s0)
 	wake = min(wake, k.activeAt+l.idleAfter()-3*iv, now+int64(parkFor))
-	if k.rate > 0 {
-		wake = min(wake, now+int64(min(float64(spare)/k.rate*1e9, float64(wake-now))))
+	if k.rate > 0 { // by the forecast just made
+		wake = min(wake, now+int64(min(float64(max(0, spare()))/k.rate*1e9, float64(wake-now))))
 	}
 	k.parkAt = wake
 	return true

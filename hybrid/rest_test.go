@@ -120,3 +120,42 @@ func TestSettledKeysRestLonger(t *testing.T) {
 	}
 	assert.Equal(t, 100*time.Second, busy[len(busy)-1].hold)
 }
+
+// TestParkedKeyRunningLowSyncs: a resting key whose lease runs low asks
+// for an early sync; with ManualSync (or the early queue full) no early
+// sync comes, and the next round must sync it. A parked key (see rests)
+// skipped that round, and went on refusing on a spent lease until its
+// park ran out.
+func TestParkedKeyRunningLowSyncs(t *testing.T) {
+	t.Parallel()
+	synced := 0
+	s := syncFunc(func(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+		resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
+		for i, u := range req.Keys {
+			resp.Grants[i] = fleet.Grant{Lease: u.Demand, TTL: u.Hold, Remaining: 1_000_000, Nodes: 1, Weight: 1}
+			if u.Key == "k" {
+				synced++
+			}
+		}
+		return resp, nil
+	})
+	l, clk := manual(t, hybrid.Config{Syncer: s, HotKeyRate: -1,
+		Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}})
+	ctx := context.Background()
+	for i := range 1000 { // other keys, so that "k" is seldom the round's resting key synced longest ago
+		_, err := l.Allow(fmt.Sprint("other-", i))
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, admit(t, l, "k", 1))
+	for range 5 { // past the syncs before a key may rest
+		require.NoError(t, l.SyncOnce(ctx))
+		clk.Advance(100 * time.Millisecond)
+	}
+	require.NoError(t, l.SyncOnce(ctx)) // k rests, parked
+	synced = 0
+	clk.Advance(10 * time.Millisecond)
+	assert.Equal(t, 760, admit(t, l, "k", 760), "its lease of 1,000 (its demand), to under its low-water mark (250)")
+	require.NoError(t, l.SyncOnce(ctx))
+	assert.Equal(t, 1, synced, "the round syncs a key whose lease runs low")
+	assert.Equal(t, 500, admit(t, l, "k", 500), "its new lease")
+}

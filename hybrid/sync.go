@@ -51,8 +51,9 @@ type mark struct {
 // SyncOnce reports every active Hybrid key's consumption to the fleet and
 // installs the leases it grants, in calls to the Syncer (and to the
 // Failover, if set) sized to take at most about half of SyncTimeout
-// each; keys that rest (far from their limit, on a lease granted for
-// up to the IdleTimeout that covers their traffic) are left for a later
+// each; keys that rest (far from their limit, on a lease that covers
+// their traffic, granted for up to their Hold: see Config.IdleTimeout)
+// are left for a later
 // round, but for the one synced longest ago, and for all of them while
 // a key is cut off alone (see restless). The background loop calls it
 // every Interval; with

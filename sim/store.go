@@ -152,8 +152,8 @@ func (s *store) apply(o *op, now int64) {
 			continue
 		}
 		st := s.keys[u.Key]
-		hold := u.Hold.Microseconds()
-		if hold < 0 || hold > 1000*interval { // as Redis: see leaseItem
+		hold := min(u.Hold.Microseconds(), 1000*interval)
+		if u.Hold < 0 || u.Hold/1000 > o.req.Interval { // as Redis: see leaseItem
 			resp.Grants[i].Err = fmt.Errorf("%w: key %q: Hold is %v; it must be from 0 to 1,000 Intervals", fleet.ErrInvalid, u.Key, u.Hold)
 			continue
 		}
@@ -287,7 +287,11 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 					if hears {
 						a.out += l // spends only its lease, out until it reports
 					} else if tb && o.demand > 0 {
-						silent = append(silent, quiet{o, last}) // kept to settle its lease and reserved, no longer active
+						from := last // reserved for from when last heard, if known (the scripts' scan)
+						if at > 0 {
+							from = max(o.seen, at)
+						}
+						silent = append(silent, quiet{o, from}) // kept to settle its lease and reserved, no longer active
 					}
 				}
 				continue

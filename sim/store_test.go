@@ -332,3 +332,32 @@ func TestStoreMatchesRedisRestingCut(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreMatchesRedisRestingCutLapses is global's
+// TestRestingNodeCutOffLapses both ways: the reserve for a node cut off
+// while it rested runs from when it was last heard, after its lease
+// lapsed too.
+func TestStoreMatchesRedisRestingCutLapses(t *testing.T) {
+	t.Parallel()
+	r, client := realStore(t)
+	lim := fleet.Limit{Limit: 1000, Window: 10 * time.Second}
+	fallback := []partition.Step{{Until: time.Minute, Factor: 1}, {Factor: 0.5}}
+	st := &store{keys: map[string]*lease{}}
+	sync := func(node string, u fleet.Usage) (fleet.Grant, fleet.Grant) {
+		u.Key, u.Limit, u.Hold = "k", lim, 300*time.Millisecond
+		w, g, _ := syncBoth(t, r, client, st, fleet.Request{Node: node, Interval: 10 * time.Millisecond, Fallback: fallback, Keys: []fleet.Usage{u}})
+		return w, g
+	}
+	sync("a", fleet.Usage{Demand: 10, Series: 1})
+	sync("b", fleet.Usage{Demand: 10, Series: 2})
+	time.Sleep(50 * time.Millisecond)
+	sync("b", fleet.Usage{Consumed: 800, Demand: 100, Series: 2, Total: 800})
+	for i, pause := range []time.Duration{10, 10, 10, 400, 10} {
+		time.Sleep(pause * time.Millisecond)
+		w, g := sync("b", fleet.Usage{Demand: 100, Series: 2, Total: 800})
+		what := fmt.Sprintf("b's lease %d, %v after the last", i, pause*time.Millisecond)
+		assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
+		assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
+		assert.InDelta(t, w.Used, g.Used, 1, "used: %s", what)
+	}
+}

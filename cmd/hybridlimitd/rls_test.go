@@ -213,23 +213,15 @@ func TestEnvoyLimitOverride(t *testing.T) {
 		r.Descriptors[0].Entries = desc("to_number=3").Entries
 		return r
 	}
-	// A new key's first burst may wait for its lease: offer until 12 are
-	// admitted, never more.
-	got := ""
-	for deadline := time.Now().Add(5 * time.Second); strings.Count(got, ".") < 12 && time.Now().Before(deadline); {
-		if a := answers(t, c, perMinute(12), 1); a == "x" {
-			time.Sleep(20 * time.Millisecond)
-		} else {
-			got += a
-		}
-	}
-	require.Equal(t, 12, strings.Count(got, "."), "12 a minute")
+	require.Equal(t, 12, admitUntil(t, c, perMinute(12), 12), "12 a minute")
 	time.Sleep(200 * time.Millisecond) // past a sync: the fleet's view, not the node's lease
 	assert.Equal(t, "xxx", answers(t, c, perMinute(12), 3), "12 of 12 spent")
 	assert.Equal(t, "x", answers(t, c, perMinute(9), 1), "lowered to 9: what was spent stays spent")
 	every30s := override(4, typepb.RateLimitUnit_SECOND, 30)
 	every30s.Descriptors[0].Entries = desc("to_number=2").Entries
-	assert.Equal(t, "....x", answers(t, c, every30s, 5), "4 per 30 s: a bucket of 4, 8 a minute")
+	require.Equal(t, 4, admitUntil(t, c, every30s, 4), "4 per 30 s: a bucket of 4, 8 a minute")
+	time.Sleep(200 * time.Millisecond)
+	assert.Equal(t, "x", answers(t, c, every30s, 1), "4 of 4 spent")
 	// Raised from 3 to 6 a minute: 3 more within an interval.
 	_, err = c.ShouldRateLimit(context.Background(), override(6, typepb.RateLimitUnit_MINUTE, 0))
 	require.NoError(t, err)
@@ -238,6 +230,23 @@ func TestEnvoyLimitOverride(t *testing.T) {
 		return err == nil && d.Limit() == 6
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, "...xx", answers(t, c, override(6, typepb.RateLimitUnit_MINUTE, 0), 5), "3 of 6 spent before the change: 3 more")
+}
+
+// admitUntil offers r until n are admitted, for at most 5 s, and
+// returns how many were: a new key's first burst may wait for its first
+// lease (its starter credit is its part of the burst over the largest
+// fleet seen), and is never admitted past its limit.
+func admitUntil(t *testing.T, c rlspb.RateLimitServiceClient, r *rlspb.RateLimitRequest, n int) int {
+	t.Helper()
+	got := ""
+	for deadline := time.Now().Add(5 * time.Second); strings.Count(got, ".") < n && time.Now().Before(deadline); {
+		if a := answers(t, c, r, 1); a == "x" {
+			time.Sleep(20 * time.Millisecond)
+		} else {
+			got += a
+		}
+	}
+	return strings.Count(got, ".")
 }
 
 // TestEnvoyOverrideFloodAndShadow: limit overrides past the key table's
