@@ -14,6 +14,29 @@ import (
 	"github.com/hybridlimit/hybridlimit/partition"
 )
 
+// The tests of resting nodes cut off sync every 10 ms, on a limit of
+// 1,000 per 10 s and a ladder whose first step lasts a minute.
+const (
+	restLimit    = 1000
+	restInterval = 10 * time.Millisecond
+)
+
+// restingKey starts a Redis and returns it with a sync of one key, of
+// the limit above, for a node that asks to rest on it for hold.
+func restingKey(t *testing.T, hold time.Duration) (*redistest.Server, func(node, key string, u fleet.Usage) fleet.Grant) {
+	t.Helper()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	steps := []partition.Step{{Until: time.Minute, Factor: 1}, {Factor: 0.5}}
+	return s, func(node, key string, u fleet.Usage) fleet.Grant {
+		u.Key, u.Limit, u.Hold = key, fleet.Limit{Limit: restLimit, Window: 10 * time.Second}, hold
+		resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: restInterval, Fallback: steps, Keys: []fleet.Usage{u}})
+		require.NoError(t, err)
+		require.NoError(t, resp.Grants[0].Err)
+		return resp.Grants[0]
+	}
+}
+
 // TestRestingNodeCutOff: a node resting on a key (its lease granted for
 // its Hold, up to two minutes) that Redis stops hearing altogether is
 // cut off, spending its lease and then its fail-static share on its
@@ -35,23 +58,12 @@ func TestRestingNodeCutOff(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			s := redistest.StartServer(t)
-			r := newSyncer(t, s.DeadlineClient(t))
-			lim := fleet.Limit{Limit: 1000, Window: 10 * time.Second}
-			const interval = 10 * time.Millisecond
-			steps := []partition.Step{{Until: time.Minute, Factor: 1}, {Factor: 0.5}}
-			sync := func(node, key string, u fleet.Usage) fleet.Grant {
-				u.Key, u.Limit, u.Hold = key, lim, 10*time.Second // 1,000 Intervals
-				resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: interval, Fallback: steps, Keys: []fleet.Usage{u}})
-				require.NoError(t, err)
-				require.NoError(t, resp.Grants[0].Err)
-				return resp.Grants[0]
-			}
+			s, sync := restingKey(t, 10*time.Second) // 1,000 Intervals
 			a := sync("a", "k", fleet.Usage{Demand: 10, Series: 1})
 			require.Greater(t, a.TTL, time.Second, "a rests on the key")
 			b := sync("b", "k", fleet.Usage{Demand: 10, Series: 2})
 			require.Greater(t, b.TTL, time.Second, "b rests on the key")
-			for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); time.Sleep(interval) {
+			for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); time.Sleep(restInterval) {
 				if c.heard {
 					sync("a", "other", fleet.Usage{Demand: 1})
 				}
@@ -60,7 +72,7 @@ func TestRestingNodeCutOff(t *testing.T) {
 			// its next lease on.
 			g := sync("b", "k", fleet.Usage{Consumed: 800, Demand: 100, Series: 2, Total: 800})
 			for range 3 {
-				time.Sleep(interval)
+				time.Sleep(restInterval)
 				if c.heard {
 					sync("a", "other", fleet.Usage{Demand: 1})
 				}
@@ -75,7 +87,7 @@ func TestRestingNodeCutOff(t *testing.T) {
 				assert.Equal(t, 1, g.Nodes, "a, cut off, is no longer active")
 				assert.Positive(t, reserved, "a's fail-static share reserved from when Redis last heard it")
 			}
-			assert.LessOrEqual(t, g.Used+g.Lease, lim.Limit, "a's resting lease stays out")
+			assert.LessOrEqual(t, g.Used+g.Lease, int64(restLimit), "a's resting lease stays out")
 		})
 	}
 }
@@ -86,32 +98,22 @@ func TestRestingNodeCutOff(t *testing.T) {
 // froze the reserve below what was charged already).
 func TestRestingNodeCutOffLapses(t *testing.T) {
 	t.Parallel()
-	s := redistest.StartServer(t)
-	r := newSyncer(t, s.DeadlineClient(t))
-	lim := fleet.Limit{Limit: 1000, Window: 10 * time.Second}
-	const interval = 10 * time.Millisecond
-	steps := []partition.Step{{Until: time.Minute, Factor: 1}, {Factor: 0.5}}
-	sync := func(node string, u fleet.Usage) fleet.Grant {
-		u.Key, u.Limit, u.Hold = "k", lim, 300*time.Millisecond
-		resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: interval, Fallback: steps, Keys: []fleet.Usage{u}})
-		require.NoError(t, err)
-		require.NoError(t, resp.Grants[0].Err)
-		return resp.Grants[0]
-	}
+	s, syncKey := restingKey(t, 300*time.Millisecond)
+	sync := func(node string, u fleet.Usage) fleet.Grant { return syncKey(node, "k", u) }
 	reserved := func() float64 {
 		v, err := s.Client(t).HGet(context.Background(), global.RedisKeyForTest("hl:", "k", "lease"), "p:a").Float64()
 		require.NoError(t, err)
 		return v
 	}
 	heard := time.Now()
-	require.Greater(t, sync("a", fleet.Usage{Demand: 10, Series: 1}).TTL, 2*interval, "a rests")
+	require.Greater(t, sync("a", fleet.Usage{Demand: 10, Series: 1}).TTL, 2*restInterval, "a rests")
 	sync("b", fleet.Usage{Demand: 10, Series: 2})
 	time.Sleep(50 * time.Millisecond) // a is cut off: not heard since
 	sync("b", fleet.Usage{Consumed: 800, Demand: 100, Series: 2, Total: 800})
 	var before float64
 	var at time.Time
 	for range 3 {
-		time.Sleep(interval)
+		time.Sleep(restInterval)
 		at = time.Now()
 		sync("b", fleet.Usage{Demand: 100, Series: 2, Total: 800})
 		before = reserved()
