@@ -6,13 +6,16 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
+	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // BenchmarkFleetManyKeys is a fleet of nodes on one real Redis, every
@@ -23,7 +26,11 @@ import (
 // after the start: Redis's CPU a second of run (redis-cores) and in its
 // busiest 5 s (peak-redis-cores), the key syncs a second, the share of
 // rounds longer than the Interval (late-rounds), and how long the start
-// took to settle (warm-up-s: until the first 5 s without a late round).
+// took to settle (warm-up-s: until the first 5 s without a late round);
+// and over the whole run, the share of the nodes' Health, read every
+// 100 ms, that was not Healthy (unhealthy), and the requests refused
+// (refused: every key is far under its limit, so any is a refusal under
+// the limit).
 // A case takes about two and a half minutes; run it alone: -bench
 // FleetManyKeys -benchtime 1x (-v, or FLEET_TRACE=1, logs every 5 s;
 // FLEET_NODES and FLEET_KEYS set the size, FLEET_WARM the time before
@@ -100,6 +107,24 @@ func fleetManyKeys(b *testing.B, nodes, keys int, idle time.Duration) {
 		warm = v
 	}
 	trace := testing.Verbose() || os.Getenv("FLEET_TRACE") != ""
+	var samples, unhealthy atomic.Int64 // the nodes' Health, every 100 ms of the whole run
+	wg.Go(func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for _, l := range fleet {
+				samples.Add(1)
+				if fleettest.Link(l.Health()) != partition.Healthy {
+					unhealthy.Add(1)
+				}
+			}
+		}
+	})
 	c0, s0, r0, l0, m0 := srv.CPU(b), uint64(0), uint64(0), uint64(0), srv.Commands(b)
 	var cpu time.Duration
 	var syncs, rounds, late uint64
@@ -121,8 +146,14 @@ func fleetManyKeys(b *testing.B, nodes, keys int, idle time.Duration) {
 			for _, c := range []string{"evalsha", "hmget", "hset", "hgetall", "zscore", "hdel"} {
 				per += fmt.Sprintf(" %s=%.2f", c, float64(m1[c]-m0[c])/float64(max(1, s1-s0)))
 			}
-			b.Logf("t=%v key-syncs/s=%.0f redis-cores=%.2f µs/sync=%.0f late-rounds=%d/%d, commands a key sync:%s",
-				at, float64(s1-s0)/slice.Seconds(), cores, (c1-c0).Seconds()*1e6/float64(max(1, s1-s0)), l1-l0, r1-r0, per)
+			refused := uint64(0)
+			for _, l := range fleet {
+				for _, p := range l.Stats().Policies {
+					refused += p.Refused
+				}
+			}
+			b.Logf("t=%v key-syncs/s=%.0f redis-cores=%.2f µs/sync=%.0f late-rounds=%d/%d refused=%d, commands a key sync:%s",
+				at, float64(s1-s0)/slice.Seconds(), cores, (c1-c0).Seconds()*1e6/float64(max(1, s1-s0)), l1-l0, r1-r0, refused, per)
 		}
 		c0, s0, r0, l0, m0 = c1, s1, r1, l1, m1
 	}
@@ -139,4 +170,12 @@ func fleetManyKeys(b *testing.B, nodes, keys int, idle time.Duration) {
 	b.ReportMetric(float64(syncs)/measure.Seconds(), "key-syncs/s")
 	b.ReportMetric(float64(late)/float64(max(1, rounds)), "late-rounds")
 	b.ReportMetric(settled.Seconds(), "warm-up-s")
+	b.ReportMetric(float64(unhealthy.Load())/float64(max(1, samples.Load())), "unhealthy")
+	refused := uint64(0)
+	for _, l := range fleet {
+		for _, p := range l.Stats().Policies {
+			refused += p.Refused
+		}
+	}
+	b.ReportMetric(float64(refused), "refused")
 }

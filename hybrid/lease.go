@@ -63,12 +63,13 @@ type keyState struct {
 
 	// Sync loop state, beside the flags above so that the struct packs
 	// (no padding between its small fields).
-	listed  bool   // Strict: in syncState.sharded
-	capped  bool   // the demand was cut to the node's equal share
-	idle    bool   // no request for an IdleTimeout, or leaving
-	leaving bool   // its policy is gone or of another kind: handed back and forgotten (see evict)
-	hash    uint32 // of key (xxh3, low 32 bits): the rest's wake jitter, and ties in oldest
-	parkAt  int64  // until when it rests without a look (see rests); 0: look
+	listed  bool          // Strict: in syncState.sharded
+	capped  bool          // the demand was cut to the node's equal share
+	idle    bool          // no request for an IdleTimeout, or leaving
+	leaving bool          // its policy is gone or of another kind: handed back and forgotten (see evict)
+	hash    uint32        // of key (xxh3, low 32 bits): the rest's wake jitter, and ties in oldest
+	floored atomic.Uint32 // 1: its starter credit was the floor, its fleet unknown when it was made; 2: topped up, or granted, since (see topUp)
+	parkAt  int64         // until when it rests without a look (see rests); 0: look
 
 	extra atomic.Int64 // spent outside the lease (degraded admissions), in full
 	pace  leasePace    // a sliding window's paced release of its allowance (see slidinglease.go)

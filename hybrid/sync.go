@@ -302,6 +302,7 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	// whose Remaining is each node's own lagging estimate, it quadrupled
 	// the syncs in a partition and raised the worst window from 67% to
 	// 73%, and at a 500 ms interval quadrupled the worst window.)
+	k.floored.Store(2) // granted: no starter credit to top up (see topUp)
 	paced := k.pacedOf(g, lease, factor < 1 || closing)
 	whole := lease + paced
 	low := int64(0)
