@@ -94,7 +94,11 @@ local function scan(h, key, node, now, stale, keep, interval, alive, hot)
         local cut = rests and hot and at > 0 and not hears
         if now - last > keep then
           redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 't:' .. n)
-        elseif active and not cut then
+        elseif cut then
+          e = math.min(e, now + interval) -- reserved for an interval ahead
+          out = out + l
+          if d > 0 then silent[#silent + 1] = {n = n, seen = math.max(seen, at), d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0} end
+        elseif active then
           count = count + 1
           total = total + d
           -- A lease no longer live is still out while its node is
@@ -104,10 +108,9 @@ local function scan(h, key, node, now, stale, keep, interval, alive, hot)
           e = math.min(e, nextOf(h, n, now, stale, interval))
         elseif d > 0 or l > 0 then
           e = math.min(e, now + interval) -- reserved for an interval ahead, or heard now and perhaps not then
-          -- The lease of a node heard, or cut off while it rested, is
-          -- still out: spendable until spent.
-          if hears or cut then out = out + l end
-          if not hears and d > 0 then
+          if hears then
+            out = out + l
+          elseif d > 0 then
             -- Reserved for from when Redis last heard it, if it knows:
             -- a node cut off while it rested spends on its ladder from
             -- then, not from its lease's lapse.

@@ -273,14 +273,20 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 				delete(st.nodes, n)
 				continue
 			}
-			cut := rests && hot && at > 0 && !hears // resting, but cut off (the scripts' scan)
-			if !active || cut {
+			if rests && hot && at > 0 && !hears { // resting, but cut off: its lease out, reserved for from when last heard (the scripts' scan)
+				a.e = min(a.e, now+interval)
+				a.out += l
+				if o.demand > 0 {
+					silent = append(silent, quiet{o, max(o.seen, at)})
+				}
+				continue
+			}
+			if !active {
 				if o.demand > 0 || l > 0 {
 					a.e = min(a.e, now+interval)
-					if hears || cut {
+					if hears {
 						a.out += l // spends only its lease, out until it reports
-					}
-					if !hears && tb && o.demand > 0 {
+					} else if tb && o.demand > 0 {
 						from := last // reserved for from when last heard, if known (the scripts' scan)
 						if at > 0 {
 							from = max(o.seen, at)
