@@ -89,6 +89,7 @@ func (l *Limiter) askLimit(k *keyState, c callLimit) error {
 	}
 	l.wanted.Store(k.key, c)
 	k.gen.Store(0) // resolved again at the next round, with the call's limit
+	l.wake(k)
 	return nil
 }
 

@@ -30,3 +30,11 @@ func (l *Limiter) EarlyGap() time.Duration             { return time.Duration(l.
 // KeyStateSize is the size of a key's state, for the benchmarks that
 // compare a decision with a map lookup over values as large.
 const KeyStateSize = unsafe.Sizeof(keyState{})
+
+// WalkLen is how many entries the sync loop's walk holds, forgotten
+// keys' included until it is compacted (walk.go).
+func (l *Limiter) WalkLen() int {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	return len(l.syncs.walk.entries)
+}

@@ -26,6 +26,7 @@ func (l *Limiter) keyFailed(k *keyState, err error) {
 	l.keyErrs.last.Store(&err)
 	if !k.failing.Load() && k.failing.CompareAndSwap(false, true) {
 		l.keyErrs.failing.Add(1)
+		l.wake(k)
 		if k.retired.Load() {
 			// Forgotten meanwhile: forget sets retired before it
 			// uncounts, so one of the two uncounts it, once.

@@ -78,6 +78,7 @@ type Limiter struct {
 	unsure  atomic.Bool               // a caller's context ended a Strict call: the loop probes the store (chargeStrict)
 
 	keys      *keytable.Table[keyState]
+	inbox     walkInbox    // keys made, and parked keys woken, for the sync loop (walk.go)
 	wanted    sync.Map     // string -> callLimit: a limit a call asked for a key, for the next round (calllimit.go)
 	crowdedAt atomic.Int64 // when the table was last seen crowded (forget.go); 0 if never
 
@@ -280,6 +281,7 @@ func (l *Limiter) refuse(k *keyState, now, n int64) (Decision, error) {
 		return l.decide(k, now, n)
 	}
 	k.refused.Add(uint64(n))
+	l.wake(k) // a refusal ends a rest (see rests)
 	pacing := p.paced && k.pace.pacing(now)
 	if (k.low.Load() > 0 || now >= k.until.Load()) && !pacing {
 		// A lease whose tokens the pace has yet to release is not
@@ -354,6 +356,7 @@ func (l *Limiter) allowNew(key string, now, n int64, c *callLimit) (Decision, er
 	v, loaded := l.keys.LoadOrStore(k)
 	if !loaded {
 		l.wanted.Delete(key) // a limit asked for a key of the same name, forgotten since
+		l.register(k)
 		if pol.Mode == Hybrid {
 			l.askEarly(k)
 		}
@@ -414,6 +417,7 @@ func (l *Limiter) askEarly(k *keyState) {
 	if l.sched.asked.Load() == 0 {
 		l.sched.asked.CompareAndSwap(0, l.now()) // once a lease: see refusedLate
 	}
+	l.wake(k) // the regular round syncs it if nothing else does: ManualSync, or a full queue
 	select {
 	case l.early <- k:
 	default: // the loop is busy; the regular sync will do

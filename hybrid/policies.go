@@ -170,6 +170,7 @@ func (l *Limiter) SetPolicies(ps []Policy) error {
 func (l *Limiter) Invalidate(key string) {
 	if k, ok := l.keys.Load(key); ok {
 		k.gen.Store(0)
+		l.wake(k)
 	}
 }
 
@@ -192,7 +193,7 @@ func (l *Limiter) resolve(t *policyTable, key string) *policy {
 // t's, to the policy it resolves to in t, at now. Sync loop only.
 func (l *Limiter) rehome(k *keyState, t *policyTable, now int64) {
 	k.gen.Store(t.gen)
-	k.parkAt = 0 // what it rests on may have changed: see rests
+	l.unpark(k) // what it rests on may have changed: see rests
 	was := k.policy()
 	p := l.resolve(t, k.key)
 	if t.localFirst && p != nil && p.Mode == Local {

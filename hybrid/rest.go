@@ -64,9 +64,11 @@ const parkFor = time.Second
 // restless keeps the keys of batch that this regular round must sync;
 // the others rest (see rests). Sync loop only.
 //
-// Each round still syncs the resting key synced longest ago, so that a
-// fleet gone away shows in Health within an interval and resting keys
-// take turns to be heard. While the last round reached no fleet, no key
+// Each round still syncs a resting key, the one synced longest ago of
+// those it looked at and of cutCompanions parked keys taken in turn
+// through the walk (restCandidates: the walk passes over the others),
+// so that a fleet gone away shows in Health within an interval and
+// resting keys take turns to be heard. While the last round reached no fleet, no key
 // rests, and while a key is cut off alone (a Cluster master down) the
 // cutCompanions resting keys synced longest ago are synced with it: a
 // round made of such keys alone, none answered, counts as an outage of
@@ -85,11 +87,18 @@ func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
 	out, resting := l.syncs.awake[:0], l.syncs.resting[:0]
 	defer func() { l.syncs.awake, l.syncs.resting = out[:0], resting[:0] }()
 	cut, crowded := false, l.crowded()
-	for _, k := range batch {
+	looked := len(batch)
+	batch = l.restCandidates(batch, now, cutCompanions)
+	for i, k := range batch {
+		k.parked.Store(true) // before rests looks: see park
 		if !l.rests(k, now, crowded) {
+			k.parked.Store(false)
 			out = append(out, k)
 			cut = cut || k.failing.Load()
 			continue
+		}
+		if i < looked {
+			l.park(k)
 		}
 		resting = append(resting, k)
 	}
@@ -147,14 +156,15 @@ func oldest(out, resting []*keyState, n int) []*keyState {
 // fail by time alone: its lease's lapse (with the margin and its wake
 // jitter), its going idle, and its forecast spending the lease down to
 // the low-water mark and the margin's need; and for at most parkFor.
-// Until then rests answers at once, unless k was refused meanwhile,
-// asked for an early sync (which the loop may not have taken: a full
-// queue, or ManualSync), or failed, the table is crowded (keys go idle
-// sooner), or a sync or a policy change unparked it; spending faster
-// than the forecast asks for an early sync at the low-water mark, as
-// any key does. (Looked at in full every round, a round of 100,000
-// resting keys took 23 ms, of a million 301 ms: three Intervals.)
-// crowded is l.crowded(). Sync loop only.
+// Until then the walk passes over it (walk.go), and rests, asked about
+// it, answers at once, unless k was refused meanwhile, asked for an
+// early sync (which the loop may not have taken: a full queue, or
+// ManualSync), or failed, each of which wakes it, the table is crowded
+// (keys go idle sooner), or a sync or a policy change unparked it;
+// spending faster than the forecast asks for an early sync at the
+// low-water mark, as any key does. (Looked at in full every round, a
+// round of 100,000 resting keys took 23 ms, of a million 301 ms: three
+// Intervals.) crowded is l.crowded(). Sync loop only.
 func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
 	if now < k.parkAt && !crowded && !k.early.Load() && !k.failing.Load() && k.refused.Load() == k.refusedSeen {
 		return true

@@ -22,6 +22,7 @@ type syncState struct {
 	marks     []mark
 	lastSweep int64
 	lastRoom  int64
+	walk      walkList    // every key held, for the rounds to look at: see walk.go
 	deferred  int         // keys the last round left for the next
 	chunk     int         // the most keys a call carries: see syncRound
 	lastHot   int64       // when the hot-key sketch was last read
@@ -82,7 +83,7 @@ func (l *Limiter) syncOnce(ctx context.Context) (err error) {
 	l.lateRound(now)
 	l.sched.next.Store(now + int64(l.cfg.Interval))
 	l.shardHot(ctx, now)
-	batch := l.restless(l.collect(now), now)
+	batch := l.restless(l.collect(now, false), now)
 	keys = len(batch)
 	if tr := l.cfg.Tracer; tr != nil && (keys > 0 || len(l.syncs.owed) > 0) { // an idle round calls no fleet: no span
 		var end func(error)
@@ -105,48 +106,6 @@ const (
 	early                   // a lease runs low: closed breakers only
 	closing                 // Close: hand leases back; its last chance, so it may probe
 )
-
-// collect gathers the Hybrid keys to sync, and forgets Local and Strict
-// keys unused for an IdleTimeout.
-func (l *Limiter) collect(now int64) []*keyState {
-	s := &l.syncs
-	sweep := now-s.lastSweep >= l.idleAfter()
-	if sweep {
-		s.lastSweep = now
-	}
-	s.batch, s.owed, s.probe = s.batch[:0], s.owed[:0], nil
-	t := l.policies()
-	l.keys.Range(func(k *keyState) bool {
-		if k.gen.Load() != t.gen {
-			if l.rehome(k, t, now); k.retired.Load() {
-				return true
-			}
-		}
-		if k.policy().Mode == Hybrid {
-			s.batch = append(s.batch, k)
-			return true
-		}
-		if k.policy().Mode == Strict {
-			if r := k.refused.Load(); r != k.refusedSeen {
-				l.noteRefused(k.key, r-k.refusedSeen) // the store's refusals (decideOther)
-				k.refusedSeen = r
-			}
-			k.roll(now, k.extra.Load())
-			if l.charger != nil && k.owes() {
-				s.owed = append(s.owed, k)
-			}
-			s.probe = k
-		}
-		if k.shards.Load() != nil {
-			l.list(k) // put on the shards by a decision: watch for the merge
-		}
-		if sweep {
-			l.sweepOther(k)
-		}
-		return true
-	})
-	return s.batch
-}
 
 // syncBatch syncs batch with the fleets, and installs the grants of the
 // first that answers: Syncer while its breaker is closed, else Failover.
@@ -252,7 +211,8 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, closing bool, factor float64) {
 	k.early.Store(false)
 	elapsed := min(now-k.lastSync, 2*int64(l.cfg.Interval))
-	k.lastSync, k.parkAt = now, 0
+	k.lastSync = now
+	l.unpark(k)
 	if g.Err != nil {
 		if !errors.Is(g.Err, errUnsettled) {
 			if errors.Is(g.Err, fleet.ErrUnreachable) {
@@ -456,6 +416,7 @@ func (l *Limiter) earlyBatch(ctx context.Context, first *keyState) error {
 	if l.degraded.Load() || !l.anyClosed() {
 		for _, k := range batch {
 			k.early.Store(false)
+			l.unpark(k) // for the regular round to sync
 		}
 		return nil // the regular sync finds out when the fleet is back
 	}
@@ -478,7 +439,7 @@ func (l *Limiter) Close() error {
 		l.syncMu.Lock()
 		defer l.syncMu.Unlock()
 		now := l.now()
-		batch := l.collect(now)
+		batch := l.collect(now, true)
 		if len(batch) > 0 {
 			l.closeErr = l.syncRound(context.Background(), now, batch, closing, l.cfg.SyncTimeout)
 		}

@@ -1,0 +1,217 @@
+package hybrid
+
+import "sync"
+
+// The sync loop's walk: every key the table holds, in the order the node
+// made them, each with when the loop must look at it again. A key
+// parked (resting: see rests) is passed over without a look until then,
+// so that a round costs the keys that need it, not every key held: a
+// round walked the table and looked at every key, 113 ns a key at a
+// million resting keys (BenchmarkRestingRound: 113 ms a round, over the
+// default Interval), most of it the miss of each key's state; passing
+// over a parked key reads its entry alone, in order.
+//
+// What ends a park before its time comes from a decision (a refusal, an
+// early sync the loop could not take, a key failing, a limit asked for
+// or a key invalidated: wake) or from the loop itself (a sync, a policy
+// change: unpark). Keys are walked in full, every entry looked at, on a
+// policy change, while the node is cut off from its fleet, while the
+// table is crowded, and at Close.
+
+// walkEntry is one key of the walk.
+type walkEntry struct {
+	k     *keyState // nil once forgotten (dropped when the walk is compacted)
+	until int64     // when the loop looks at k again; 0: every round
+}
+
+// walkList is the walk. Sync loop only.
+type walkList struct {
+	entries []walkEntry
+	dead    int         // entries whose key was forgotten
+	cursor  int         // where the next round's search for resting keys starts (see restCandidates)
+	gen     uint32      // the policy table's generation the last round saw
+	spare   []*keyState // takeInbox's other buffer
+}
+
+// walkInbox is what other goroutines hand the walk: keys made, and
+// parked keys a decision needs looked at. Safe for concurrent use.
+type walkInbox struct {
+	mu    sync.Mutex
+	fresh []*keyState
+	woken []*keyState
+}
+
+// register adds k, just stored in the table, to the walk at its next
+// round. Safe for concurrent use.
+func (l *Limiter) register(k *keyState) {
+	l.inbox.mu.Lock()
+	l.inbox.fresh = append(l.inbox.fresh, k)
+	l.inbox.mu.Unlock()
+}
+
+// wake asks that k, if parked, be looked at by the next round. Safe for
+// concurrent use; a decision calls it only on what is rare for a parked
+// key (a refusal, a failure), and once per park.
+func (l *Limiter) wake(k *keyState) {
+	if k.parked.Load() && k.parked.CompareAndSwap(true, false) {
+		l.inbox.mu.Lock()
+		l.inbox.woken = append(l.inbox.woken, k)
+		l.inbox.mu.Unlock()
+	}
+}
+
+// unpark has the next round look at k. Sync loop only.
+func (l *Limiter) unpark(k *keyState) {
+	k.parkAt = 0
+	k.parked.Store(false)
+	w := &l.syncs.walk
+	if i := int(k.walkIdx); i < len(w.entries) && w.entries[i].k == k {
+		w.entries[i].until = 0
+	}
+}
+
+// park has the walk pass over k until k.parkAt (see rests). k.parked is
+// set before rests looks, so that an event after the look wakes it.
+// Sync loop only.
+func (l *Limiter) park(k *keyState) {
+	w := &l.syncs.walk
+	if i := int(k.walkIdx); i < len(w.entries) && w.entries[i].k == k {
+		w.entries[i].until = k.parkAt
+	}
+}
+
+// takeInbox adds the keys made since the last round to the walk, and
+// unparks those woken. Sync loop only.
+func (l *Limiter) takeInbox() {
+	in, w := &l.inbox, &l.syncs.walk
+	in.mu.Lock()
+	fresh, woken := in.fresh, in.woken
+	in.fresh, in.woken = w.spare[:0], nil
+	in.mu.Unlock()
+	for _, k := range fresh {
+		k.walkIdx = int32(len(w.entries))
+		w.entries = append(w.entries, walkEntry{k: k})
+	}
+	clear(fresh)
+	w.spare = fresh[:0]
+	for _, k := range woken {
+		l.unpark(k)
+	}
+}
+
+// compact drops the entries of forgotten keys once they are a quarter of
+// the walk, keeping the order. Sync loop only.
+func (w *walkList) compact() {
+	if w.dead < 64 || 4*w.dead < len(w.entries) {
+		return
+	}
+	j := 0
+	for _, e := range w.entries {
+		if e.k == nil {
+			continue
+		}
+		e.k.walkIdx = int32(j)
+		w.entries[j] = e
+		j++
+	}
+	clear(w.entries[j:])
+	w.entries, w.dead, w.cursor = w.entries[:j], 0, 0
+}
+
+// walk calls f for each key held that the round must look at: each not
+// parked, or every one if all. A key found forgotten is dropped. Sync
+// loop only.
+func (l *Limiter) walk(now int64, all bool, f func(k *keyState, e *walkEntry)) {
+	w := &l.syncs.walk
+	for i := range w.entries {
+		e := &w.entries[i]
+		if e.k == nil || !all && e.until > now {
+			continue
+		}
+		k := e.k
+		if k.retired.Load() {
+			e.k = nil
+			w.dead++
+			continue
+		}
+		if e.until != 0 {
+			e.until = 0
+			k.parked.Store(false)
+		}
+		f(k, e)
+	}
+	w.compact()
+}
+
+// restCandidates appends to batch up to n parked Hybrid keys, taking
+// turns through the walk: the keys the round may sync as the resting
+// key synced longest ago (see restless), which must exist while any
+// key rests, though the round passes over every parked key. Sync loop
+// only.
+func (l *Limiter) restCandidates(batch []*keyState, now int64, n int) []*keyState {
+	w := &l.syncs.walk
+	for seen := 0; seen < len(w.entries) && n > 0; seen++ {
+		if w.cursor >= len(w.entries) {
+			w.cursor = 0
+		}
+		e := &w.entries[w.cursor]
+		w.cursor++
+		if e.k == nil || e.until <= now || e.k.retired.Load() || e.k.policy().Mode != Hybrid {
+			continue
+		}
+		batch = append(batch, e.k)
+		n--
+	}
+	return batch
+}
+
+// collect gathers the Hybrid keys this round looks at (all of them if
+// all: Close), and forgets Local and Strict keys unused for an
+// IdleTimeout.
+func (l *Limiter) collect(now int64, all bool) []*keyState {
+	s := &l.syncs
+	sweep := now-s.lastSweep >= l.idleAfter()
+	if sweep {
+		s.lastSweep = now
+	}
+	s.batch, s.owed, s.probe = s.batch[:0], s.owed[:0], nil
+	t := l.policies()
+	l.takeInbox()
+	all = all || t.gen != s.walk.gen || l.degraded.Load() || l.crowded()
+	s.walk.gen = t.gen
+	l.walk(now, all, func(k *keyState, e *walkEntry) {
+		if k.gen.Load() != t.gen {
+			if l.rehome(k, t, now); k.retired.Load() {
+				return
+			}
+		}
+		switch k.policy().Mode {
+		case Hybrid:
+			s.batch = append(s.batch, k)
+			return
+		case Strict:
+			if r := k.refused.Load(); r != k.refusedSeen {
+				l.noteRefused(k.key, r-k.refusedSeen) // the store's refusals (decideOther)
+				k.refusedSeen = r
+			}
+			k.roll(now, k.extra.Load())
+			if l.charger != nil && k.owes() {
+				s.owed = append(s.owed, k)
+			}
+			s.probe = k
+		}
+		if k.shards.Load() != nil {
+			l.list(k) // put on the shards by a decision: watch for the merge
+		}
+		if sweep {
+			l.sweepOther(k)
+		}
+		if k.policy().Mode == Local && !k.retired.Load() {
+			// Decided by its own bucket: looked at again by the next
+			// sweep, or a change of its policy.
+			k.parked.Store(true)
+			e.until = s.lastSweep + l.idleAfter()
+		}
+	})
+	return s.batch
+}

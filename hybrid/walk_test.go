@@ -1,0 +1,128 @@
+package hybrid_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/fleet"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+)
+
+// restingFleet is a Syncer that lets every key rest (a lease of its
+// demand for its Hold, the key far from its limit; if capped, 100, cut
+// short of it, for which the node asks no early sync) and counts the
+// syncs of each key.
+func restingFleet(synced map[string]int, capped bool) fleet.Syncer {
+	return syncFunc(func(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+		resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
+		for i, u := range req.Keys {
+			lease := u.Demand
+			if capped && lease > 0 {
+				lease = 100
+			}
+			resp.Grants[i] = fleet.Grant{Lease: lease, TTL: u.Hold, Remaining: 1_000_000, Nodes: 1, Weight: 1}
+			synced[u.Key]++
+		}
+		return resp, nil
+	})
+}
+
+// parkedKey makes a Limiter on ManualSync with key k and 200 other keys,
+// all resting and parked, so that the walk passes over k.
+func parkedKey(t *testing.T, cfg hybrid.Config, capped bool) (*hybrid.Limiter, func(time.Duration), map[string]int) {
+	t.Helper()
+	synced := map[string]int{}
+	cfg.Syncer, cfg.HotKeyRate = restingFleet(synced, capped), -1
+	l, clk := manual(t, cfg)
+	ctx := context.Background()
+	for i := range 200 {
+		_, err := l.Allow(fmt.Sprint("other-", i))
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, admit(t, l, "k", 1))
+	step := func(d time.Duration) {
+		require.NoError(t, l.SyncOnce(ctx))
+		clk.Advance(d)
+	}
+	for range 6 { // past the syncs before a key may rest; then parked
+		step(100 * time.Millisecond)
+	}
+	clear(synced)
+	step(10 * time.Millisecond)
+	require.Zero(t, synced["k"], "k rests, parked")
+	return l, step, synced
+}
+
+// TestWalkPassesOverParkedKeysNot: a round passes over a parked key
+// without looking at it, so what would have ended its rest at a look
+// must wake it. Each case parks "k" among 200 resting keys on
+// ManualSync, where nothing takes early syncs (their queue far from
+// full), and checks that the next round syncs it.
+func TestWalkPassesOverParkedKeysNot(t *testing.T) {
+	t.Parallel()
+	pol := hybrid.Policy{Name: "api", Limit: 1_000_000, Window: time.Second}
+	t.Run("runs low", func(t *testing.T) {
+		t.Parallel()
+		l, step, synced := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{pol}}, false)
+		require.Equal(t, 760, admit(t, l, "k", 760), "its lease of 1,000 (its demand), to under its low-water mark (250)")
+		step(10 * time.Millisecond)
+		assert.Equal(t, 1, synced["k"], "the round syncs a key whose lease runs low")
+	})
+	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
+		l, step, synced := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{pol}}, true)
+		require.Equal(t, 100, admit(t, l, "k", 150), "its lease, cut short: no early sync")
+		step(10 * time.Millisecond)
+		assert.Equal(t, 1, synced["k"], "the round syncs a refused key")
+	})
+	t.Run("invalidated", func(t *testing.T) {
+		t.Parallel()
+		tier := "free"
+		l, step, _ := parkedKey(t, hybrid.Config{
+			Policies: []hybrid.Policy{pol, {Name: "tight", Limit: 7, Window: time.Hour}},
+			// Read by the sync loop and new keys: changed only between.
+			Resolve: func(key string) string {
+				if key == "k" && tier == "tight" {
+					return "tight"
+				}
+				return "api"
+			},
+		}, false)
+		tier = "tight"
+		l.Invalidate("k")
+		step(10 * time.Millisecond)
+		step(10 * time.Millisecond)
+		d, err := l.Allow("k")
+		require.NoError(t, err)
+		assert.Equal(t, int64(7), d.Limit(), "moved to its new policy within a round")
+	})
+}
+
+// TestWalkForgetsKeys: the walk drops the keys the node forgets, so that
+// a flood of one-off keys leaves neither keys nor their entries behind.
+func TestWalkForgetsKeys(t *testing.T) {
+	t.Parallel()
+	synced := map[string]int{}
+	l, clk := manual(t, hybrid.Config{Syncer: restingFleet(synced, false), HotKeyRate: -1, IdleTimeout: time.Second,
+		Policies: []hybrid.Policy{{Name: "api", Limit: 1000, Window: time.Second}}})
+	ctx := context.Background()
+	for round := range 50 {
+		for i := range 200 {
+			_, err := l.Allow(fmt.Sprint("once-", round, "-", i))
+			require.NoError(t, err)
+		}
+		require.NoError(t, l.SyncOnce(ctx))
+		clk.Advance(100 * time.Millisecond)
+	}
+	for range 50 {
+		require.NoError(t, l.SyncOnce(ctx))
+		clk.Advance(100 * time.Millisecond)
+	}
+	assert.Zero(t, l.Len(), "every one-off key forgotten")
+	assert.Less(t, l.WalkLen(), 200, "and its entry dropped")
+}
