@@ -24,8 +24,8 @@ import (
 // down, killed (connections refused) or frozen (SIGSTOP: nothing
 // answers, every call to it waits out its deadline), under three nodes
 // offering twice the limit of two keys on each master. The keys on the
-// live masters keep their grants and their accuracy: within 6% of an
-// ideal limiter's admissions, their busiest second within 5% of the
+// live masters keep their grants and their accuracy: within 5% of an
+// ideal limiter's admissions (6% frozen: see masterDown), their busiest second within 5% of the
 // ideal's, and past the first (the bucket's burst) at most 18% over the
 // limit (4-14% measured alone, 15% in CI), as with no master down. Only
 // the dead master's keys follow the FailMode: FailStatic on the ladder,
@@ -39,7 +39,7 @@ import (
 func TestMasterDownOnCluster(t *testing.T) {
 	// Not parallel: it loads the machine, and runs apart from the
 	// package's timing-bound tests (TestGossipSkew, TestManyKeysAreNotAnOutage).
-	t.Run("killed", func(t *testing.T) { masterDown(t, (*redistest.Server).Kill) })
+	t.Run("killed", func(t *testing.T) { masterDown(t, (*redistest.Server).Kill, 0.05) })
 	t.Run("frozen", func(t *testing.T) {
 		masterDown(t, func(s *redistest.Server) {
 			info, err := s.Client(t).Info(context.Background(), "server").Result()
@@ -54,13 +54,13 @@ func TestMasterDownOnCluster(t *testing.T) {
 			require.Positive(t, pid)
 			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
 			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-		})
+		}, 0.06)
 	})
 }
 
 // masterDown runs TestMasterDownOnCluster, taking the master down with
-// stop.
-func masterDown(t *testing.T, stop func(*redistest.Server)) {
+// stop, and bounds the live masters' keys within epsilon of the ideal.
+func masterDown(t *testing.T, stop func(*redistest.Server), epsilon float64) {
 	const (
 		limit = 200
 		nodes = 3
@@ -123,17 +123,17 @@ func masterDown(t *testing.T, stop func(*redistest.Server)) {
 		t.Logf("live master, key %s: admitted %d, %.1f%% of the ideal's %d; busiest second %d (the ideal's %d), past the first %d (the ideal's %d; limit %d)",
 			k, len(r.Admitted), 100*float64(len(r.Admitted))/float64(len(ideal.Admitted)), len(ideal.Admitted),
 			busiest, idealBusiest, steady, ideal.MaxInWindowFrom(time.Second, time.Second), limit)
-		// Within 6%: with two CPU burners beside it, the frozen case
-		// admitted 96.7-98.4% of the ideal before resting keys were
-		// parked (474dd0f), 95.4-96.9% after (24 runs, 2026-11-28), and
-		// 94.5-95.0% twice in CI. The loss is the first burst's end
-		// (the fleet runs dry 200 ms before the ideal, its last tokens
-		// on leases: docs/tuning.md) and the run's end (leases
-		// unspent), both a round late while a round waits out the
-		// frozen master; parked keys, awake only when their leases run
-		// low, spend the burst sooner. The run before the fix admitted
-		// 59%.
-		assert.InEpsilon(t, len(ideal.Admitted), len(r.Admitted), 0.06, "key %s on a live master: admitted vs the ideal", k)
+		// Killed, within 5% (issue 21's target). Frozen, within 6%:
+		// with two CPU burners beside it, it admitted 96.7-98.4% of the
+		// ideal before resting keys were parked (474dd0f), 95.4-96.9%
+		// after (24 runs, 2026-11-28), and 94.5-95.0% twice in CI. The
+		// loss is the first burst's end (the fleet runs dry 200 ms
+		// before the ideal, its last tokens on leases: docs/tuning.md)
+		// and the run's end (leases unspent), both a round late while a
+		// round waits out the frozen master; parked keys, awake only
+		// when their leases run low, spend the burst sooner. The run
+		// before the fix admitted 59%.
+		assert.InEpsilon(t, len(ideal.Admitted), len(r.Admitted), epsilon, "key %s on a live master: admitted vs the ideal", k)
 		assert.LessOrEqual(t, busiest, idealBusiest*105/100, "key %s on a live master: busiest second, the first's burst included", k)
 		// A second's count of a token bucket's admissions runs some
 		// way over the limit when what the fleet left unspent earlier
