@@ -38,3 +38,11 @@ func (l *Limiter) WalkLen() int {
 	defer l.syncMu.Unlock()
 	return len(l.syncs.walk.entries)
 }
+
+// InboxLen is how many keys made wait for the sync loop's next round
+// (walk.go).
+func (l *Limiter) InboxLen() int {
+	l.inbox.mu.Lock()
+	defer l.inbox.mu.Unlock()
+	return len(l.inbox.fresh)
+}

@@ -411,13 +411,16 @@ func (l *Limiter) errDecision(err error) Decision {
 
 // askEarly asks the sync loop for an early sync of k, without waiting.
 func (l *Limiter) askEarly(k *keyState) {
+	// Parked, k is looked at by the next round, which syncs it if
+	// nothing else does (ManualSync, a full queue), even with its ask
+	// already made: a key may rest with an ask no one took (see rests).
+	l.wake(k)
 	if k.early.Load() || !k.early.CompareAndSwap(false, true) {
 		return
 	}
 	if l.sched.asked.Load() == 0 {
 		l.sched.asked.CompareAndSwap(0, l.now()) // once a lease: see refusedLate
 	}
-	l.wake(k) // the regular round syncs it if nothing else does: ManualSync, or a full queue
 	select {
 	case l.early <- k:
 	default: // the loop is busy; the regular sync will do

@@ -86,13 +86,16 @@ func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
 	}
 	out, resting := l.syncs.awake[:0], l.syncs.resting[:0]
 	defer func() { l.syncs.awake, l.syncs.resting = out[:0], resting[:0] }()
-	cut, crowded := false, l.crowded()
+	cut, crowded, gen := false, l.crowded(), l.policies().gen
 	looked := len(batch)
 	batch = l.restCandidates(batch, now, cutCompanions)
 	for i, k := range batch {
-		k.parked.Store(true) // before rests looks: see park
-		if !l.rests(k, now, crowded) {
-			k.parked.Store(false)
+		k.parked.Store(true) // before rests and gen are looked at: see park
+		if !l.rests(k, now, crowded) || k.gen.Load() != gen {
+			// Synced this round; one whose policy is to be resolved
+			// again (Invalidate, a limit asked for) since collect
+			// looked is moved by the next.
+			l.unpark(k)
 			out = append(out, k)
 			cut = cut || k.failing.Load()
 			continue

@@ -1,6 +1,9 @@
 package hybrid
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // The sync loop's walk: every key the table holds, in the order the node
 // made them, each with when the loop must look at it again. A key
@@ -38,15 +41,23 @@ type walkList struct {
 type walkInbox struct {
 	mu    sync.Mutex
 	fresh []*keyState
+	bound int // fresh's length beyond which its forgotten keys are dropped (see register)
 	woken []*keyState
 }
 
 // register adds k, just stored in the table, to the walk at its next
 // round. Safe for concurrent use.
 func (l *Limiter) register(k *keyState) {
-	l.inbox.mu.Lock()
-	l.inbox.fresh = append(l.inbox.fresh, k)
-	l.inbox.mu.Unlock()
+	in := &l.inbox
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.fresh) >= max(in.bound, 1024) {
+		// No round has taken them (ManualSync without SyncOnce, or
+		// closed): keep those not forgotten since, as the table does.
+		in.fresh = slices.DeleteFunc(in.fresh, func(k *keyState) bool { return k.retired.Load() })
+		in.bound = 2 * len(in.fresh)
+	}
+	in.fresh = append(in.fresh, k)
 }
 
 // wake asks that k, if parked, be looked at by the next round. Safe for
@@ -86,7 +97,7 @@ func (l *Limiter) takeInbox() {
 	in, w := &l.inbox, &l.syncs.walk
 	in.mu.Lock()
 	fresh, woken := in.fresh, in.woken
-	in.fresh, in.woken = w.spare[:0], nil
+	in.fresh, in.woken, in.bound = w.spare[:0], nil, 0
 	in.mu.Unlock()
 	for _, k := range fresh {
 		k.walkIdx = int32(len(w.entries))
@@ -145,12 +156,13 @@ func (l *Limiter) walk(now int64, all bool, f func(k *keyState, e *walkEntry)) {
 
 // restCandidates appends to batch up to n parked Hybrid keys, taking
 // turns through the walk: the keys the round may sync as the resting
-// key synced longest ago (see restless), which must exist while any
-// key rests, though the round passes over every parked key. Sync loop
-// only.
+// key synced longest ago (see restless), though the round passes over
+// every parked key. It looks at 4n+64 entries at most, so that a walk
+// of few parked Hybrid keys among many others (Local keys, parked until
+// the next sweep) is not read whole each round. Sync loop only.
 func (l *Limiter) restCandidates(batch []*keyState, now int64, n int) []*keyState {
 	w := &l.syncs.walk
-	for seen := 0; seen < len(w.entries) && n > 0; seen++ {
+	for seen := 0; seen < min(len(w.entries), 4*n+64) && n > 0; seen++ {
 		if w.cursor >= len(w.entries) {
 			w.cursor = 0
 		}
@@ -208,9 +220,14 @@ func (l *Limiter) collect(now int64, all bool) []*keyState {
 		}
 		if k.policy().Mode == Local && !k.retired.Load() {
 			// Decided by its own bucket: looked at again by the next
-			// sweep, or a change of its policy.
+			// sweep, or a change of its policy (parked first: a change
+			// after the look wakes it).
 			k.parked.Store(true)
-			e.until = s.lastSweep + l.idleAfter()
+			if k.gen.Load() == t.gen {
+				e.until = s.lastSweep + l.idleAfter()
+			} else {
+				k.parked.Store(false)
+			}
 		}
 	})
 	return s.batch

@@ -32,15 +32,15 @@ func restingFleet(synced map[string]int, capped bool) fleet.Syncer {
 	})
 }
 
-// parkedKey makes a Limiter on ManualSync with key k and 200 other keys,
-// all resting and parked, so that the walk passes over k.
-func parkedKey(t *testing.T, cfg hybrid.Config, capped bool) (*hybrid.Limiter, func(time.Duration), map[string]int) {
+// parkedKey makes a Limiter on ManualSync with key k and others other
+// keys, all resting and parked, so that the walk passes over k.
+func parkedKey(t *testing.T, cfg hybrid.Config, capped bool, others int) (*hybrid.Limiter, func(time.Duration), map[string]int) {
 	t.Helper()
 	synced := map[string]int{}
 	cfg.Syncer, cfg.HotKeyRate = restingFleet(synced, capped), -1
 	l, clk := manual(t, cfg)
 	ctx := context.Background()
-	for i := range 200 {
+	for i := range others {
 		_, err := l.Allow(fmt.Sprint("other-", i))
 		require.NoError(t, err)
 	}
@@ -68,17 +68,31 @@ func TestWalkPassesOverParkedKeysNot(t *testing.T) {
 	pol := hybrid.Policy{Name: "api", Limit: 1_000_000, Window: time.Second}
 	t.Run("runs low", func(t *testing.T) {
 		t.Parallel()
-		l, step, synced := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{pol}}, false)
+		l, step, synced := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{pol}}, false, 200)
 		require.Equal(t, 760, admit(t, l, "k", 760), "its lease of 1,000 (its demand), to under its low-water mark (250)")
 		step(10 * time.Millisecond)
 		assert.Equal(t, 1, synced["k"], "the round syncs a key whose lease runs low")
 	})
 	t.Run("refused", func(t *testing.T) {
 		t.Parallel()
-		l, step, synced := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{pol}}, true)
+		l, step, synced := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{pol}}, true, 200)
 		require.Equal(t, 100, admit(t, l, "k", 150), "its lease, cut short: no early sync")
 		step(10 * time.Millisecond)
 		assert.Equal(t, 1, synced["k"], "the round syncs a refused key")
+	})
+	t.Run("asked before it rested", func(t *testing.T) {
+		t.Parallel()
+		// 300 keys fill the early queue, which nothing takes on
+		// ManualSync: an ask is then left to the regular round.
+		l, step, synced := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{pol}}, false, 300)
+		lower := pol
+		lower.Limit /= 2
+		require.NoError(t, l.SetPolicies([]hybrid.Policy{lower})) // trims k's lease to 500, and asks for an early sync
+		step(10 * time.Millisecond)
+		clear(synced)
+		require.Equal(t, 260, admit(t, l, "k", 260), "to under its low-water mark (250)")
+		step(10 * time.Millisecond)
+		assert.Equal(t, 1, synced["k"], "the round syncs a key whose lease runs low, its ask made before")
 	})
 	t.Run("invalidated", func(t *testing.T) {
 		t.Parallel()
@@ -92,7 +106,7 @@ func TestWalkPassesOverParkedKeysNot(t *testing.T) {
 				}
 				return "api"
 			},
-		}, false)
+		}, false, 200)
 		tier = "tight"
 		l.Invalidate("k")
 		step(10 * time.Millisecond)
@@ -125,4 +139,23 @@ func TestWalkForgetsKeys(t *testing.T) {
 	}
 	assert.Zero(t, l.Len(), "every one-off key forgotten")
 	assert.Less(t, l.WalkLen(), 200, "and its entry dropped")
+}
+
+// TestInboxBoundedWithoutRounds: keys made wait in an inbox for the
+// loop's next round; on ManualSync with no round ever run, the keys the
+// node forgets meanwhile (here Local keys, by Resolve, to make room)
+// must not stay there, or memory grows with every key ever seen.
+func TestInboxBoundedWithoutRounds(t *testing.T) {
+	t.Parallel()
+	l, clk := manual(t, hybrid.Config{MaxKeys: 100,
+		Resolve:  func(string) string { return "local" },
+		Policies: []hybrid.Policy{{Name: "local", Mode: hybrid.Local, Limit: 10, Window: time.Second}}})
+	for i := range 20_000 {
+		_, _ = l.Allow(fmt.Sprint("k", i)) // ErrTooManyKeys while full
+		if i%50 == 0 {
+			clk.Advance(100 * time.Millisecond) // room is made once an Interval
+		}
+	}
+	assert.LessOrEqual(t, l.Len(), 100)
+	assert.Less(t, l.InboxLen(), 2_000, "the forgotten keys dropped")
 }
