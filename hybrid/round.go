@@ -37,10 +37,18 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 		s.chunk = firstChunk
 	}
 	batch, cut := l.splitCut(now, batch, how)
-	if len(batch) > s.chunk {
+	ordered := len(batch) > s.chunk
+	if ordered {
 		l.byNeed(batch)
+		defer clear(s.need) // hold no key past the round
 	}
-	end := now + int64(budget)
+	// The budget counts from the round's start, but gives its calls at
+	// least half of it, and at least as long as the round took to get
+	// to them: at a million keys awake (a node's start) the walk and
+	// the order took 250 ms, and left one call of keys to each round
+	// (1,500 key syncs a second, Redis at a twentieth of a core).
+	calls := l.now()
+	end := max(now+int64(budget), calls+max(int64(budget)/2, calls-now))
 	for i := 0; i < len(batch); {
 		t := l.tick()
 		if i > 0 && t >= end {
@@ -48,6 +56,9 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 			return nil
 		}
 		n := min(s.chunk, len(batch)-i)
+		if ordered {
+			l.neediest(batch, i, n)
+		}
 		if err := l.syncBatch(ctx, t, batch[i:i+n], how); err != nil {
 			return err
 		}
@@ -66,9 +77,15 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 
 // keyNeed is a key of a long round, and how much it needs a sync.
 type keyNeed struct {
-	k       *keyState
-	group   int   // 0: refused since its last forecast; 1: offered traffic; 2: neither
-	offered int64 // requests offered since its last forecast, admitted or not
+	k        *keyState
+	group    int   // 0: refused since its last forecast; 1: offered traffic; 2: neither
+	offered  int64 // requests offered since its last forecast, admitted or not
+	lastSync int64 // k.lastSync: compared without reading k
+}
+
+// needier orders keyNeeds by need: see byNeed.
+func needier(a, b *keyNeed) int {
+	return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(b.offered, a.offered), cmp.Compare(a.lastSync, b.lastSync))
 }
 
 // byNeed orders a round too long for one call so that the keys that most
@@ -81,13 +98,16 @@ type keyNeed struct {
 // behind 10,000 of them and was refused up to 24 times in 147
 // (TestManyKeysAreNotAnOutage). The one-off keys go in turn until they
 // hand back. What each key offered is read once, so that the order holds
-// while requests go on.
+// while requests go on. byNeed reads them into syncs.need; neediest
+// then picks each call's keys in turn, as far as the round's budget
+// goes: at a million keys awake (a node's start) a sort of them all took
+// 65% of the node's CPU, and left a round the time for one call.
 func (l *Limiter) byNeed(batch []*keyState) {
 	s := &l.syncs
 	s.need = s.need[:0]
 	for _, k := range batch {
 		refused := int64(k.refused.Load() - k.refusedSeen)
-		n := keyNeed{k: k, group: 2, offered: refused + k.spent() - k.spentSeen}
+		n := keyNeed{k: k, group: 2, offered: refused + k.spent() - k.spentSeen, lastSync: k.lastSync}
 		switch {
 		case refused > 0:
 			n.group = 0
@@ -96,13 +116,50 @@ func (l *Limiter) byNeed(batch []*keyState) {
 		}
 		s.need = append(s.need, n)
 	}
-	slices.SortFunc(s.need, func(a, b keyNeed) int {
-		return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(b.offered, a.offered), cmp.Compare(a.k.lastSync, b.k.lastSync))
-	})
-	for i, n := range s.need {
-		batch[i] = n.k
+}
+
+// neediest puts in batch[i:i+n] the n neediest keys of those from i on
+// (syncs.need, from byNeed), neediest first: a selection of them in
+// time linear in what is left, then a sort of the n. Sync loop only.
+func (l *Limiter) neediest(batch []*keyState, i, n int) {
+	rest := l.syncs.need[i:]
+	selectLeast(rest, n, needier, l.syncs.rng)
+	slices.SortFunc(rest[:n], func(a, b keyNeed) int { return needier(&a, &b) })
+	for j := i; j < i+n; j++ {
+		batch[j] = l.syncs.need[j].k
 	}
-	clear(s.need) // hold no key past the round
+}
+
+// selectLeast reorders s so that its first m elements are its m least
+// by cmp, in no order: a quickselect, its pivots drawn from rng, so that
+// no order of requests a client chooses makes it quadratic.
+func selectLeast(s []keyNeed, m int, cmp func(a, b *keyNeed) int, rng interface{ IntN(int) int }) {
+	lo, hi, k := 0, len(s)-1, m-1
+	for lo < hi && k >= 0 && k < len(s)-1 {
+		p := s[lo+rng.IntN(hi-lo+1)]
+		i, j := lo, hi
+		for i <= j {
+			for cmp(&s[i], &p) < 0 {
+				i++
+			}
+			for cmp(&p, &s[j]) < 0 {
+				j--
+			}
+			if i <= j {
+				s[i], s[j] = s[j], s[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return
+		}
+	}
 }
 
 // pace is when the loop's regular rounds start, and how late. Sync loop
