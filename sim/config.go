@@ -74,6 +74,11 @@ type Config struct {
 	// gossipsim.GossipInterval.
 	GossipInterval time.Duration
 
+	// Keys is how many keys the zipf and hotkey scenarios spread their
+	// load over, at most 10,000,000. Default 1,000 (zipf), 100 (hotkey);
+	// the other scenarios load one key and take no other.
+	Keys int
+
 	// Seed seeds the arrivals and the sync jitter. Default 1. The same
 	// Config gives the same Result, byte for byte.
 	Seed uint64
@@ -111,8 +116,9 @@ var Backends = []string{"redis", "gossip"}
 //   - steady: every node offered Rate, in Poisson arrivals, on one key.
 //   - skewed: a load balancer that sends 80% of the traffic to one node.
 //   - bursts: every node offered 3 x Rate for 1 s, then nothing for 2 s.
-//   - zipf: 1,000 keys, their popularity Zipf-distributed (s = 1.1).
-//   - hotkey: 100 keys, one taking half the traffic.
+//   - zipf: 1,000 keys (Keys), their popularity Zipf-distributed
+//     (s = 1.1).
+//   - hotkey: 100 keys (Keys), one taking half the traffic.
 //   - churn: the last node leaves a third of the way in, a new one joins
 //     at two thirds; the load balancer moves its traffic.
 //   - outage: the store is unreachable for every node from a third of
@@ -193,6 +199,13 @@ func (c Config) withDefaults() (Config, error) {
 		c.GossipFanout = defaultGossipFanout
 	case c.GossipFanout < 0:
 		return c, fmt.Errorf("sim: Config.GossipFanout is %d; it must be positive", c.GossipFanout)
+	}
+	switch {
+	case c.Keys == 0:
+	case c.Keys < 2 || c.Keys > 10_000_000:
+		return c, fmt.Errorf("sim: Config.Keys is %d; it must be between 2 and 10,000,000 (or 0 for the scenario's)", c.Keys)
+	case c.Scenario != "zipf" && c.Scenario != "hotkey":
+		return c, fmt.Errorf("sim: Config.Keys is %d, but scenario %q loads one key; only zipf and hotkey take Keys", c.Keys, c.Scenario)
 	}
 	if c.Seed == 0 {
 		c.Seed = 1

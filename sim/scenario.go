@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"strconv"
 )
@@ -34,11 +35,11 @@ func (e *engine) scenario() error {
 			return 0, start + period
 		}
 	case "zipf":
-		keys = 1000
+		keys = cmp.Or(c.Keys, 1000)
 		z := rand.NewZipf(e.rng, 1.1, 1, uint64(keys-1))
 		e.pick = func() int { return int(z.Uint64()) }
 	case "hotkey":
-		keys = 100
+		keys = cmp.Or(c.Keys, 100)
 		e.pick = func() int {
 			if e.rng.IntN(2) == 0 {
 				return 0

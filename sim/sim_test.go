@@ -105,22 +105,29 @@ func TestOneNodeIsIdeal(t *testing.T) {
 // TestConfigErrors checks that a bad Config is refused, naming the field.
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
-	tests := map[string]sim.Config{
-		"Scenario":   {Scenario: "nope"},
-		"Nodes":      {Nodes: -1},
-		"Rate":       {Rate: -5},
-		"Limit":      {Limit: -1},
-		"Interval":   {Interval: time.Microsecond},
-		"Window":     {Window: -time.Second},
-		"Algorithm":  {Algorithm: local.SlidingLog},
-		"Shares":     {Shares: 9},
-		"Backend":    {Backend: "etcd"},
-		"GossipLoss": {GossipLoss: 1},
+	tests := []struct {
+		field string
+		cfg   sim.Config
+	}{
+		{"Scenario", sim.Config{Scenario: "nope"}},
+		{"Nodes", sim.Config{Nodes: -1}},
+		{"Rate", sim.Config{Rate: -5}},
+		{"Limit", sim.Config{Limit: -1}},
+		{"Interval", sim.Config{Interval: time.Microsecond}},
+		{"Window", sim.Config{Window: -time.Second}},
+		{"Algorithm", sim.Config{Algorithm: local.SlidingLog}},
+		{"Shares", sim.Config{Shares: 9}},
+		{"Backend", sim.Config{Backend: "etcd"}},
+		{"GossipLoss", sim.Config{GossipLoss: 1}},
+		{"Keys", sim.Config{Scenario: "zipf", Keys: -3}},
+		{"Keys", sim.Config{Scenario: "zipf", Keys: 1}},
+		{"Keys", sim.Config{Scenario: "hotkey", Keys: 20_000_000}},
+		{"Keys", sim.Config{Scenario: "steady", Keys: 10}},
 	}
-	for field, cfg := range tests {
-		_, err := sim.Run(cfg)
-		require.Error(t, err, field)
-		assert.Contains(t, err.Error(), "Config."+field, field)
+	for _, tt := range tests {
+		_, err := sim.Run(tt.cfg)
+		require.Error(t, err, tt.field)
+		assert.Contains(t, err.Error(), "Config."+tt.field, tt.field)
 	}
 }
 

@@ -53,6 +53,7 @@ func simMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.GossipFanout, "fanout", def.GossipFanout, "gossip: peers a node sends to per round")
 	fs.DurationVar(&cfg.Duration, "duration", def.Duration, "simulated time")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed for the arrivals and jitter")
+	fs.IntVar(&cfg.Keys, "keys", 0, "keys the zipf and hotkey scenarios spread their load over (0: 1,000 and 100)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), simUsage)
 		fs.PrintDefaults()
