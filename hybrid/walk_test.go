@@ -159,3 +159,24 @@ func TestInboxBoundedWithoutRounds(t *testing.T) {
 	assert.LessOrEqual(t, l.Len(), 100)
 	assert.Less(t, l.InboxLen(), 2_000, "the forgotten keys dropped")
 }
+
+// TestBusyKeyLookedAtEachRound: a parked key found offered traffic is
+// looked at again the next round, not a second later, so that its
+// forecast (and Stats) follow a surge: parked for long, a forecast
+// spread a surge over the whole park, and the early syncs of a quiet
+// key that turned busy asked for too little.
+func TestBusyKeyLookedAtEachRound(t *testing.T) {
+	t.Parallel()
+	l, step, _ := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}}, false, 200)
+	admitted := func() uint64 { return l.Stats().Policies[0].Admitted }
+	for range 12 { // past the quiet park: the loop has seen it busy
+		require.Equal(t, 5, admit(t, l, "k", 5))
+		step(100 * time.Millisecond)
+	}
+	for range 5 {
+		before := admitted()
+		require.Equal(t, 5, admit(t, l, "k", 5))
+		step(100 * time.Millisecond)
+		assert.Equal(t, before+5, admitted(), "a busy key's admissions counted by the next round")
+	}
+}
