@@ -107,24 +107,7 @@ func fleetManyKeys(b *testing.B, nodes, keys int, idle time.Duration) {
 		warm = v
 	}
 	trace := testing.Verbose() || os.Getenv("FLEET_TRACE") != ""
-	var samples, unhealthy atomic.Int64 // the nodes' Health, every 100 ms of the whole run
-	wg.Go(func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			for _, l := range fleet {
-				samples.Add(1)
-				if fleettest.Link(l.Health()) != partition.Healthy {
-					unhealthy.Add(1)
-				}
-			}
-		}
-	})
+	samples, unhealthy := sampleHealth(ctx, &wg, fleet, func() bool { return true }) // the whole run
 	c0, s0, r0, l0, m0 := srv.CPU(b), uint64(0), uint64(0), uint64(0), srv.Commands(b)
 	var cpu time.Duration
 	var syncs, rounds, late uint64
@@ -146,12 +129,7 @@ func fleetManyKeys(b *testing.B, nodes, keys int, idle time.Duration) {
 			for _, c := range []string{"evalsha", "hmget", "hset", "hgetall", "zscore", "hdel"} {
 				per += fmt.Sprintf(" %s=%.2f", c, float64(m1[c]-m0[c])/float64(max(1, s1-s0)))
 			}
-			refused := uint64(0)
-			for _, l := range fleet {
-				for _, p := range l.Stats().Policies {
-					refused += p.Refused
-				}
-			}
+			refused := refusedBy(fleet)
 			b.Logf("t=%v key-syncs/s=%.0f redis-cores=%.2f µs/sync=%.0f late-rounds=%d/%d refused=%d, commands a key sync:%s",
 				at, float64(s1-s0)/slice.Seconds(), cores, (c1-c0).Seconds()*1e6/float64(max(1, s1-s0)), l1-l0, r1-r0, refused, per)
 		}
@@ -171,11 +149,44 @@ func fleetManyKeys(b *testing.B, nodes, keys int, idle time.Duration) {
 	b.ReportMetric(float64(late)/float64(max(1, rounds)), "late-rounds")
 	b.ReportMetric(settled.Seconds(), "warm-up-s")
 	b.ReportMetric(float64(unhealthy.Load())/float64(max(1, samples.Load())), "unhealthy")
-	refused := uint64(0)
+	b.ReportMetric(float64(refusedBy(fleet)), "refused")
+}
+
+// sampleHealth reads each node's Health every 100 ms while measuring
+// says so, until ctx is done, in a goroutine of wg: how many reads, and
+// how many found a node not Healthy (fleettest.Link: a loop running late
+// alone counts as Healthy).
+func sampleHealth(ctx context.Context, wg *sync.WaitGroup, fleet []*hybrid.Limiter, measuring func() bool) (samples, unhealthy *atomic.Int64) {
+	samples, unhealthy = new(atomic.Int64), new(atomic.Int64)
+	wg.Go(func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if !measuring() {
+				continue
+			}
+			for _, l := range fleet {
+				samples.Add(1)
+				if fleettest.Link(l.Health()) != partition.Healthy {
+					unhealthy.Add(1)
+				}
+			}
+		}
+	})
+	return samples, unhealthy
+}
+
+// refusedBy is the requests fleet's nodes refused, all policies.
+func refusedBy(fleet []*hybrid.Limiter) (n uint64) {
 	for _, l := range fleet {
 		for _, p := range l.Stats().Policies {
-			refused += p.Refused
+			n += p.Refused
 		}
 	}
-	b.ReportMetric(float64(refused), "refused")
+	return n
 }

@@ -15,9 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
-	"github.com/hybridlimit/hybridlimit/partition"
 )
 
 // BenchmarkMillionKeysZipf is issue 21's first target: one node holding
@@ -124,31 +122,9 @@ func millionKeysZipf(b *testing.B, keys, rate int, warm, measure time.Duration) 
 			}
 		}
 	})
-	refused := func() (n uint64) {
-		for _, p := range l.Stats().Policies {
-			n += p.Refused
-		}
-		return n
-	}
-	var samples, unhealthy atomic.Int64
+	refused := func() uint64 { return refusedBy([]*hybrid.Limiter{l}) }
 	measuring := atomic.Bool{}
-	wg.Go(func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if measuring.Load() {
-				samples.Add(1)
-				if fleettest.Link(l.Health()) != partition.Healthy {
-					unhealthy.Add(1)
-				}
-			}
-		}
-	})
+	samples, unhealthy := sampleHealth(ctx, &wg, []*hybrid.Limiter{l}, measuring.Load)
 	type point struct {
 		cpu                   time.Duration
 		syncs, rounds, late   uint64
