@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,9 @@ import (
 //
 // It takes about three minutes and a gigabyte; run it alone: -bench
 // MillionKeysZipf -benchtime 1x (-v logs every 5 s). ZIPF_KEYS,
-// ZIPF_RATE, ZIPF_MEASURE and ZIPF_WARM change its size.
+// ZIPF_RATE, ZIPF_MEASURE and ZIPF_WARM change its size; ZIPF_PROFILE,
+// a file, takes a CPU profile of the measure alone (the start's work is
+// another's).
 func BenchmarkMillionKeysZipf(b *testing.B) {
 	keys, rate, measure, warm := 1_000_000, 50_000, 100*time.Second, 120*time.Second
 	if v, err := strconv.Atoi(os.Getenv("ZIPF_KEYS")); err == nil {
@@ -144,6 +147,15 @@ func millionKeysZipf(b *testing.B, keys, rate int, warm, measure time.Duration) 
 			settled = at
 			m0 = p1
 			measuring.Store(true)
+			if f := os.Getenv("ZIPF_PROFILE"); f != "" {
+				out, err := os.Create(f)
+				require.NoError(b, err)
+				require.NoError(b, pprof.StartCPUProfile(out))
+				defer func() {
+					pprof.StopCPUProfile()
+					require.NoError(b, out.Close())
+				}()
+			}
 		}
 		if testing.Verbose() {
 			b.Logf("t=%v key-syncs/s=%.0f redis-cores=%.2f late-rounds=%d/%d offered/s=%.0f refused=%d heap=%d MB",
