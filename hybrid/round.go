@@ -42,13 +42,17 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 		l.byNeed(batch)
 		defer clear(s.need) // hold no key past the round
 	}
+	made := 0 // calls
+	if ordered {
+		defer func() { s.calls = max(1, made) }() // see neediest
+	}
 	// The budget counts from the round's start, but gives its calls at
 	// least half of it, and at least as long as the round took to get
 	// to them: at a million keys awake (a node's start) the walk and
 	// the order took 250 ms, and left one call of keys to each round
 	// (1,500 key syncs a second, Redis at a twentieth of a core).
-	calls := l.now()
-	end := max(now+int64(budget), calls+max(int64(budget)/2, calls-now))
+	first := l.now() // when the first call starts
+	end := max(now+int64(budget), first+max(int64(budget)/2, first-now))
 	for i := 0; i < len(batch); {
 		t := l.tick()
 		if i > 0 && t >= end {
@@ -59,6 +63,7 @@ func (l *Limiter) syncRound(ctx context.Context, now int64, batch []*keyState, h
 		if ordered {
 			l.neediest(batch, i, n)
 		}
+		made++
 		if err := l.syncBatch(ctx, t, batch[i:i+n], how); err != nil {
 			return err
 		}
@@ -120,13 +125,25 @@ func (l *Limiter) byNeed(batch []*keyState) {
 
 // neediest puts in batch[i:i+n] the n neediest keys of those from i on
 // (syncs.need, from byNeed), neediest first: a selection of them in
-// time linear in what is left, then a sort of the n. Sync loop only.
+// time linear in what is left, then a sort. It selects for as many calls
+// as the last long round made at once, so that a round of many calls
+// does not select again for each (at a million keys, a backlog of keys
+// left over took a quarter of the node's CPU in selections). Sync loop
+// only.
 func (l *Limiter) neediest(batch []*keyState, i, n int) {
-	rest := l.syncs.need[i:]
-	selectLeast(rest, n, needier, l.syncs.rng)
-	slices.SortFunc(rest[:n], func(a, b keyNeed) int { return needier(&a, &b) })
+	s := &l.syncs
+	if i == 0 {
+		s.sorted = 0
+	}
+	if i+n > s.sorted {
+		rest := s.need[i:]
+		m := min(len(rest), max(n, s.chunk*s.calls))
+		selectLeast(rest, m, needier, s.rng)
+		slices.SortFunc(rest[:m], func(a, b keyNeed) int { return needier(&a, &b) })
+		s.sorted = i + m
+	}
 	for j := i; j < i+n; j++ {
-		batch[j] = l.syncs.need[j].k
+		batch[j] = s.need[j].k
 	}
 }
 

@@ -19,6 +19,8 @@ type syncState struct {
 	awake     []*keyState // the batch's keys that do not rest: see restless
 	resting   []*keyState // and those that do
 	need      []keyNeed   // a long round's keys, by need: see byNeed
+	sorted    int         // how many of need are in order: see neediest
+	calls     int         // the calls the last long round made (at least 1)
 	marks     []mark
 	lastSweep int64
 	lastRoom  int64
