@@ -46,3 +46,20 @@ func (l *Limiter) InboxLen() int {
 	defer l.inbox.mu.Unlock()
 	return len(l.inbox.fresh)
 }
+
+// ParkedFor is how long the sync loop's walk passes over key from the
+// Limiter's now: 0 if it looks at key next round, or does not hold it
+// (walk.go).
+func (l *Limiter) ParkedFor(key string) time.Duration {
+	k, ok := l.keys.Load(key)
+	if !ok {
+		return 0
+	}
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	w := &l.syncs.walk
+	if i := int(k.walkIdx); i < len(w.entries) && w.entries[i].k == k {
+		return time.Duration(max(0, w.entries[i].until-l.now()))
+	}
+	return 0
+}

@@ -70,7 +70,7 @@ type keyState struct {
 	hash    uint32        // of key (xxh3, low 32 bits): the rest's wake jitter, and ties in oldest
 	floored atomic.Uint32 // 1: its starter credit was the floor, its fleet unknown when it was made; 2: topped up, or granted, since (see topUp)
 	walkIdx int32         // its entry in the sync loop's walk (walk.go)
-	parked  atomic.Bool   // passed over by the walk until parkAt: a decision that needs it looked at wakes it (walk.go)
+	parked  atomic.Bool   // passed over by the walk until parkAt, offered nothing since its last look: a decision wakes it (walk.go)
 	parkAt  int64         // until when it rests without a look (see rests); 0: look
 
 	extra atomic.Int64 // spent outside the lease (degraded admissions), in full

@@ -246,6 +246,12 @@ func (l *Limiter) decide(k *keyState, now, n int64) (Decision, error) {
 	if ok {
 		if early {
 			l.askEarly(k)
+		} else if k.parked.Load() {
+			// A key at rest, parked while offered nothing: the loop
+			// looks at it next round, to count and forecast what it
+			// admits (see rests). Once a park: wake clears parked. The
+			// flag shares resetAt's cache line, read above.
+			l.wake(k)
 		}
 		return makeDecision(p.capacity, k.fleetRemaining.Load()+left, 0, time.Duration(max(0, reset-at)), false), nil
 	}

@@ -57,10 +57,6 @@ func (l *Limiter) holdOf(k *keyState, now int64) time.Duration {
 	return min(most, l.cfg.IdleTimeout)
 }
 
-// parkFor is the longest a resting key goes unlooked at (see rests): its
-// admissions are counted in Stats, and its metrics, within it.
-const parkFor = time.Second
-
 // restless keeps the keys of batch that this regular round must sync;
 // the others rest (see rests). Sync loop only.
 //
@@ -158,16 +154,19 @@ func oldest(out, resting []*keyState, n int) []*keyState {
 // A key found resting is parked until the soonest of these could first
 // fail by time alone: its lease's lapse (with the margin and its wake
 // jitter), its going idle, and its forecast spending the lease down to
-// the low-water mark and the margin's need; and for at most parkFor.
-// Until then the walk passes over it (walk.go), and rests, asked about
-// it, answers at once, unless k was refused meanwhile, asked for an
-// early sync (which the loop may not have taken: a full queue, or
-// ManualSync), or failed, each of which wakes it, the table is crowded
-// (keys go idle sooner), or a sync or a policy change unparked it;
-// spending faster than the forecast asks for an early sync at the
-// low-water mark, as any key does. (Looked at in full every round, a
-// round of 100,000 resting keys took 23 ms, of a million 301 ms: three
-// Intervals.) crowded is l.crowded(). Sync loop only.
+// the low-water mark and the margin's need. Until then the walk passes
+// over it (walk.go), and rests, asked about it, answers at once, unless
+// k was offered a request meanwhile, refused, asked for an early sync
+// (which the loop may not have taken: a full queue, or ManualSync), or
+// failed, each of which wakes it, the table is crowded (keys go idle
+// sooner), or a sync or a policy change unparked it; spending faster
+// than the forecast asks for an early sync at the low-water mark, as any
+// key does. A key found offered traffic since its last look is looked
+// at again the next round. (Looked at in full every round, a round of
+// 100,000 resting keys took 23 ms, of a million 301 ms: three
+// Intervals. Looked at once a second, so that Stats counted what it
+// admitted, a million keys offered Zipf(1.1) took half the loop's CPU,
+// and 78% of rounds ran late.) crowded is l.crowded(). Sync loop only.
 func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
 	if now < k.parkAt && !crowded && !k.early.Load() && !k.failing.Load() && k.refused.Load() == k.refusedSeen {
 		return true
@@ -199,7 +198,7 @@ func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
 	busy := m.s0 != k.spentSeen || m.refused != k.refusedSeen
 	l.forecast(k, now, m)
 	k.roll(now, m.s0)
-	wake = min(wake, k.activeAt+l.idleAfter()-3*iv, now+int64(parkFor))
+	wake = min(wake, k.activeAt+l.idleAfter()-3*iv)
 	if busy {
 		// Offered traffic since the last look: looked at again next
 		// round, so that its forecast follows a surge. Parked for long,
@@ -207,8 +206,10 @@ func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
 		// a second where 133 came), and the early syncs of a quiet key
 		// that turned busy asked for too little: a Cluster's live keys,
 		// quiet then at twice their limit, admitted 94.6% of the ideal
-		// (TestMasterDownOnCluster), 96.7-98.4% before parking.
+		// (TestMasterDownOnCluster), 96.7-98.4% before parking. Its
+		// decisions meanwhile need not wake it (see decide).
 		wake = min(wake, now+iv)
+		k.parked.Store(false)
 	}
 	if k.rate > 0 { // by the forecast just made
 		wake = min(wake, now+int64(min(float64(max(0, spare()))/k.rate*1e9, float64(wake-now))))

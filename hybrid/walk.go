@@ -14,9 +14,9 @@ import (
 // default Interval), most of it the miss of each key's state; passing
 // over a parked key reads its entry alone, in order.
 //
-// What ends a park before its time comes from a decision (a refusal, an
-// early sync the loop could not take, a key failing, a limit asked for
-// or a key invalidated: wake) or from the loop itself (a sync, a policy
+// What ends a park before its time comes from a decision (a request
+// offered to a quiet key, a refusal, an early sync the loop could not
+// take, a key failing, a limit asked for or a key invalidated: wake) or from the loop itself (a sync, a policy
 // change: unpark). Keys are walked in full, every entry looked at, on a
 // policy change, while the node is cut off from its fleet, while the
 // table is crowded, and at Close.
@@ -61,8 +61,10 @@ func (l *Limiter) register(k *keyState) {
 }
 
 // wake asks that k, if parked, be looked at by the next round. Safe for
-// concurrent use; a decision calls it only on what is rare for a parked
-// key (a refusal, a failure), and once per park.
+// concurrent use; a decision calls it once per park at most: on the
+// first request offered to a key parked while quiet, on a refusal or a
+// failure. (A key parked while busy, looked at the next round anyway,
+// is not marked parked: see rests.)
 func (l *Limiter) wake(k *keyState) {
 	if k.parked.Load() && k.parked.CompareAndSwap(true, false) {
 		l.inbox.mu.Lock()

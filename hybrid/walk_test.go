@@ -94,6 +94,17 @@ func TestWalkPassesOverParkedKeysNot(t *testing.T) {
 		step(10 * time.Millisecond)
 		assert.Equal(t, 1, synced["k"], "the round syncs a key whose lease runs low, its ask made before")
 	})
+	t.Run("offered traffic", func(t *testing.T) {
+		t.Parallel()
+		// Parked, a quiet key is not looked at until its lease or its
+		// going idle needs it: what it admits wakes it.
+		l, step, synced := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{pol}}, false, 200)
+		before := l.Stats().Policies[0].Admitted
+		require.Equal(t, 1, admit(t, l, "k", 1))
+		step(10 * time.Millisecond)
+		assert.Equal(t, before+1, l.Stats().Policies[0].Admitted, "counted by the next round")
+		assert.Zero(t, synced["k"], "looked at, not synced: its lease covers it")
+	})
 	t.Run("invalidated", func(t *testing.T) {
 		t.Parallel()
 		tier := "free"
@@ -179,4 +190,18 @@ func TestBusyKeyLookedAtEachRound(t *testing.T) {
 		step(100 * time.Millisecond)
 		assert.Equal(t, before+5, admitted(), "a busy key's admissions counted by the next round")
 	}
+}
+
+// TestQuietKeyParkedUntilNeeded: a resting key offered nothing is passed
+// over until its lease, its going idle or its forecast needs a look, not
+// looked at again every second: at a million keys those looks were half
+// of the loop's CPU (BenchmarkMillionKeysZipf), most rounds late.
+func TestQuietKeyParkedUntilNeeded(t *testing.T) {
+	t.Parallel()
+	l, step, _ := parkedKey(t, hybrid.Config{IdleTimeout: time.Minute,
+		Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}}, false, 200)
+	for range 30 { // three seconds offered nothing
+		step(100 * time.Millisecond)
+	}
+	assert.Greater(t, l.ParkedFor("k"), 10*time.Second, "parked until its lease (a minute) or its going idle needs it")
 }
