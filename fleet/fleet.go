@@ -224,7 +224,7 @@ type Usage struct {
 	// stands that long (Grant.TTL) and count the node active on the key
 	// until it lapses, so that a key far from its limit costs a sync per
 	// Hold, not per Interval. Zero, or two Intervals or less: the lease
-	// stands two Intervals. At most 1,000 Intervals; a Syncer fails the
+	// stands two Intervals. At most 10,000 Intervals; a Syncer fails the
 	// key's Grant beyond that. (Redis grants it to token buckets; gossip
 	// syncs in memory and ignores it.)
 	Hold time.Duration

@@ -137,7 +137,7 @@ func TestCorruptAggregate(t *testing.T) {
 		"aI": "1e17", // an interval beyond 1,000 of the lease's
 		"aD": "1e17", // demand beyond 2^53 a node
 		"aN": "3e9",  // more nodes than a reply counts (2^31 - 1)
-		"aE": "1e17", // holding for more than 1,000 intervals after aT
+		"aE": "1e17", // holding for more than 10,000 intervals after aT
 	}
 	for _, field := range []string{"aT", "aI", "aD", "aN", "aO", "aR", "aE", "aX"} {
 		values := bad

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 	"github.com/hybridlimit/hybridlimit/internal/redisslot"
+	"github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
@@ -391,8 +392,8 @@ func (r *Redis) leaseItem(iv time.Duration, u fleet.Usage) (leaseItem, error) {
 	if u.Consumed < 0 || u.Demand < 0 || u.Total < 0 {
 		return leaseItem{}, fmt.Errorf("%w: key %q: Consumed, Demand and Total must not be negative", fleet.ErrInvalid, u.Key)
 	}
-	if u.Hold < 0 || u.Hold/1000 > iv { // in ns: 1,000 Intervals of 111,111,111 ns are 111,111,111 µs, past 1,000 of 111,111 µs (clamped below)
-		return leaseItem{}, fmt.Errorf("%w: key %q: Hold is %v; it must be from 0 to 1,000 Intervals", fleet.ErrInvalid, u.Key, u.Hold)
+	if u.Hold < 0 || u.Hold/store.MaxHold > iv { // in ns: 10,000 Intervals of 111,111,111 ns are 1,111,111,110 µs, past 10,000 of 111,111 µs (clamped below)
+		return leaseItem{}, fmt.Errorf("%w: key %q: Hold is %v; it must be from 0 to %d Intervals", fleet.ErrInvalid, u.Key, u.Hold, store.MaxHold)
 	}
 	if u.Series > fleet.MaxLimit || u.Total > fleet.MaxLimit {
 		return leaseItem{}, fmt.Errorf("%w: key %q: Series %d and Total %d must be at most MaxLimit (%d): start a new Series", fleet.ErrInvalid, u.Key, u.Series, u.Total, int64(fleet.MaxLimit))
@@ -413,7 +414,7 @@ func (r *Redis) leaseItem(iv time.Duration, u fleet.Usage) (leaseItem, error) {
 	window := micros(u.Limit.Window)
 	// The state outlives a full refill and a few intervals, and a lease
 	// a node rests on (a token bucket's, on the key itself).
-	hold := min(int64(u.Hold/time.Microsecond), 1000*interval)
+	hold := min(int64(u.Hold/time.Microsecond), store.MaxHold*interval)
 	if alg != 0 || u.Shard != (fleet.Shard{}) {
 		hold = 0
 	}

@@ -69,7 +69,7 @@ end
 -- than keep µs, on this key and (heardAt) every other, is forgotten:
 -- its fields are deleted.
 local function scan(h, key, node, now, stale, keep, interval, alive, hot)
-  local total, count, out, resting, silent, e = 0, 0, 0, 0, {}, now + 1000 * interval
+  local total, count, out, resting, silent, e = 0, 0, 0, 0, {}, now + maxHold * interval
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
       local n = string.sub(f, 3)
@@ -161,7 +161,7 @@ end
 -- next lease adds its new one beside it until the next scan, within an
 -- interval: the bucket holds back more, never less. Silent nodes are
 -- reserved for at scans. An aggregate in range but false (written by no
--- lease) is believed until it lapses, at most 1,000 intervals after its
+-- lease) is believed until it lapses, at most maxHold intervals after its
 -- aT: as a false tokens would, it may shift shares, hold tokens back, or
 -- (live leases too low) lease again what is out.
 -- aN stays below 2^31 - 1, the most nodes a reply may count.
@@ -172,7 +172,7 @@ local function fleetOf(key, h, read, node, now, stale, keep, interval, alive, ho
   -- Good until aE, if the scan at aT wrote it (aX names the scan: a
   -- scan by a version before aE leaves another); else an interval.
   local due = (a.T or 0) + interval
-  local e = aggregate(h['aE'], a.T or 0, (a.T or 0) + 1000 * interval)
+  local e = aggregate(h['aE'], a.T or 0, (a.T or 0) + maxHold * interval)
   if e and a.T and aggregate(h['aX'], 0, now) == a.T then due = math.max(due, e) end
   -- Hot, with leases resting (this node's, or others' that may be cut
   -- off: see scan), at most the stale horizon, so that a node cut off
@@ -180,7 +180,7 @@ local function fleetOf(key, h, read, node, now, stale, keep, interval, alive, ho
   if hot and a.T and (a.R or 0) > 0 then due = math.min(due, a.T + math.max(interval, stale)) end
   local silent = {}
   if not (a.T and a.iv and a.D and a.N and a.O and a.R) or now >= due then
-    a.D, a.N, a.O, a.R, a.T, a.iv, a.E = 0, 0, 0, 0, now, interval, now + 1000 * interval
+    a.D, a.N, a.O, a.R, a.T, a.iv, a.E = 0, 0, 0, 0, now, interval, now + maxHold * interval
     -- A hash that holds no field but those read (a key on one node)
     -- has no other node to scan, and keeps no aggregate (see
     -- aggregated): one kept from other nodes since gone is deleted.

@@ -1,6 +1,10 @@
 package global
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/hybridlimit/hybridlimit/internal/store"
+)
 
 // The lease scripts' work for one key, which the lease batch (see
 // leaseBatch) runs for each of its keys. Their state is described with
@@ -19,17 +23,18 @@ import "strconv"
 // It follows storedNum; leaseNodes follows it.
 var leaseCommon = `
 local staleIntervals = ` + strconv.Itoa(staleIntervals) + `
+local maxHold = ` + strconv.Itoa(store.MaxHold) + ` -- intervals: the longest a lease rests
 local scanned = 0
 local hold = 0 -- the lease batch sets it, a key at a time: fleet.Usage.Hold, µs
 
 -- restsUntil is until when (µs) node n's token-bucket lease stands, if
 -- it was granted to rest on (see leaseTokenBucket): 0 if not. Its TTL
 -- is held in t:<n>, in µs (0 for a lease of two intervals), and read as
--- no more than 1,000 intervals.
+-- no more than maxHold intervals.
 local function restsUntil(h, n, interval)
   local t = stored(h['t:' .. n], 't:' .. n, 0)
   if not t or t <= 0 then return 0 end
-  return (stored(h['g:' .. n], 'g:' .. n, 0) or 0) + math.min(t, 1000 * interval)
+  return (stored(h['g:' .. n], 'g:' .. n, 0) or 0) + math.min(t, maxHold * interval)
 end
 
 local function readState(key)
@@ -330,7 +335,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
     if lease > part and demand <= part then cut = part end
     if cut >= 1 and cut <= part and tokens + lease - cut + out >= burst * 3 / 4 and a.R + cut <= burst / 2 then
       tokens, lease = tokens + lease - cut, cut
-      rest = math.min(hold, 1000 * interval)
+      rest = math.min(hold, maxHold * interval)
     end
   end
   -- A resting lease carried beside the new one (a late report) stays

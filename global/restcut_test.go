@@ -58,7 +58,7 @@ func TestRestingNodeCutOff(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			s, sync := restingKey(t, 10*time.Second) // 1,000 Intervals
+			s, sync := restingKey(t, 10*time.Second) // 1,000 Intervals (of 10,000 allowed)
 			a := sync("a", "k", fleet.Usage{Demand: 10, Series: 1})
 			require.Greater(t, a.TTL, time.Second, "a rests on the key")
 			b := sync("b", "k", fleet.Usage{Demand: 10, Series: 2})

@@ -168,7 +168,7 @@ func TestRestartedNodeNotForgiven(t *testing.T) {
 	assert.GreaterOrEqual(t, after.Used, before.Used+100-refill, "a restarted node's 100 spent: used %d -> %d (refill up to %d)", before.Used, after.Used, refill)
 }
 
-// TestHoldValidated: a key's Hold is from 0 to 1,000 Intervals; Redis
+// TestHoldValidated: a key's Hold is from 0 to 10,000 Intervals; Redis
 // fails any other key's Grant before it runs a script, so that no node
 // can make a lease stand for as long as it likes, and leases the others.
 func TestHoldValidated(t *testing.T) {
@@ -178,12 +178,12 @@ func TestHoldValidated(t *testing.T) {
 		hold, iv time.Duration
 		ok       bool
 	}{
-		{0, time.Second, true}, {10 * time.Second, time.Second, true}, {1000 * time.Second, time.Second, true},
-		{-time.Nanosecond, time.Second, false}, {1000*time.Second + time.Millisecond, time.Second, false},
-		{time.Duration(math.MaxInt64), time.Second, false},
-		// 1,000 Intervals of a whole number of ns, not of µs: 1,000 times
-		// the Interval's µs is less (hybrid asks for it: holdOf).
-		{1000 * (time.Second / 9), time.Second / 9, true},
+		{0, time.Second, true}, {10 * time.Second, time.Second, true}, {10_000 * time.Second, time.Second, true},
+		{-time.Nanosecond, time.Second, false}, {10_000*time.Second + time.Millisecond, time.Second, false},
+		{time.Duration(math.MaxInt64), time.Second, false}, {time.Duration(math.MinInt64), time.Second, false},
+		// 10,000 Intervals of a whole number of ns, not of µs: 10,000
+		// times the Interval's µs is less (hybrid asks for it: holdOf).
+		{10_000 * (time.Second / 9), time.Second / 9, true},
 	} {
 		u := fleet.Usage{Key: "k", Limit: fleet.Limit{Limit: 100, Window: time.Second}, Demand: 1, Hold: c.hold}
 		resp, err := r.Sync(context.Background(), &fleet.Request{Node: "n", Interval: c.iv, Keys: []fleet.Usage{u, {Key: "other", Limit: u.Limit, Demand: 1}}})

@@ -143,7 +143,7 @@ type Config struct {
 	// that long, and the key skips the regular syncs while its lease
 	// covers its traffic. Once the key has been in use for two
 	// IdleTimeouts, it rests for two minutes, or the IdleTimeout if
-	// longer; either at most 1,000 Intervals.
+	// longer; either at most 10,000 Intervals.
 	IdleTimeout time.Duration
 
 	// MaxKeys caps the keys the Limiter tracks; past it, a new key gets

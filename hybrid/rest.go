@@ -3,6 +3,8 @@ package hybrid
 import (
 	"math"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/store"
 )
 
 // Keys that rest: a key far from its limit whose lease covers its
@@ -24,9 +26,9 @@ const cutCompanions = 16
 
 // settledRest is how long a key far from its limit may rest between
 // syncs once it has been in use for two IdleTimeouts (see holdOf), if
-// the IdleTimeout is shorter and 1,000 Intervals longer. Each node's
-// share of a key then costs Redis a sync every minute and a half or so,
-// rather than every IdleTimeout: 8 nodes sharing 10,000 keys at the
+// the IdleTimeout is shorter and store.MaxHold Intervals (10,000)
+// longer. Each node's share of a key then costs Redis a sync every two
+// minutes or so, rather than every IdleTimeout: 8 nodes sharing 10,000 keys at the
 // defaults asked for 9,100 key syncs a second, more than one Redis
 // made (a warm-up that never ended, at 0.78 of a Redis core), and ask
 // for about 900 once settled (BenchmarkFleetManyKeys: 814-1,365 over
@@ -43,13 +45,13 @@ const settledRest = 2 * time.Minute
 // so that a key seen once, handed back an IdleTimeout later, leaves
 // Redis its state for no longer than before (Redis keeps it about a
 // Hold: with two minutes, a flood of one-off keys would take eight
-// times the memory); settledRest, at most 1,000 Intervals, once k has
+// times the memory); settledRest, at most store.MaxHold Intervals, once k has
 // been in use for two IdleTimeouts since its first grant. Sync loop
 // only.
 func (l *Limiter) holdOf(k *keyState, now int64) time.Duration {
 	most := time.Duration(math.MaxInt64)
-	if l.cfg.Interval < math.MaxInt64/1000 {
-		most = 1000 * l.cfg.Interval
+	if l.cfg.Interval < math.MaxInt64/store.MaxHold {
+		most = store.MaxHold * l.cfg.Interval
 	}
 	if idle := l.cfg.IdleTimeout; k.hasGrant.Load() && (now-k.since)/2 > int64(min(idle, most)) {
 		return min(most, max(idle, settledRest))

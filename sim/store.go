@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
+	istore "github.com/hybridlimit/hybridlimit/internal/store"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/partition"
 )
@@ -100,7 +101,7 @@ func (o *nodeLease) restsUntil(interval int64) int64 {
 	if o.ttl <= 0 {
 		return 0
 	}
-	return o.granted + min(o.ttl, 1000*interval)
+	return o.granted + min(o.ttl, istore.MaxHold*interval)
 }
 
 // spentBy is the scripts' spentBy: what a node cut off for e µs may
@@ -152,9 +153,9 @@ func (s *store) apply(o *op, now int64) {
 			continue
 		}
 		st := s.keys[u.Key]
-		hold := min(u.Hold.Microseconds(), 1000*interval)
-		if u.Hold < 0 || u.Hold/1000 > o.req.Interval { // as Redis: see leaseItem
-			resp.Grants[i].Err = fmt.Errorf("%w: key %q: Hold is %v; it must be from 0 to 1,000 Intervals", fleet.ErrInvalid, u.Key, u.Hold)
+		hold := min(u.Hold.Microseconds(), istore.MaxHold*interval)
+		if u.Hold < 0 || u.Hold/istore.MaxHold > o.req.Interval { // as Redis: see leaseItem
+			resp.Grants[i].Err = fmt.Errorf("%w: key %q: Hold is %v; it must be from 0 to %d Intervals", fleet.ErrInvalid, u.Key, u.Hold, istore.MaxHold)
 			continue
 		}
 		if u.Limit.Algorithm != local.TokenBucket {
@@ -252,7 +253,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	alone := false // no other node recorded at a scan: no aggregate kept
 	if !a.ok || now >= due || now < a.t {
 		alone = len(st.nodes) == 1
-		*a = aggregate{ok: true, t: now, iv: interval, st: stale, e: now + 1000*interval}
+		*a = aggregate{ok: true, t: now, iv: interval, st: stale, e: now + istore.MaxHold*interval}
 		for n, o := range st.nodes {
 			if n == node || o.seen == 0 {
 				continue
@@ -391,7 +392,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			}
 			if cut >= 1 && cut <= part && st.tokens+l-cut+out >= burst*3/4 && a.resting+cut <= burst/2 {
 				st.tokens, l = st.tokens+l-cut, cut
-				me.ttl = min(hold, 1000*interval)
+				me.ttl = min(hold, istore.MaxHold*interval)
 			}
 		}
 		me.lease, me.granted = l+carry, now

@@ -14,6 +14,15 @@ import (
 	"github.com/hybridlimit/hybridlimit/fleet"
 )
 
+// MaxHold is the longest fleet.Usage.Hold a store grants, in the
+// request's Intervals: a longer one fails its key's Grant
+// (fleet.ErrInvalid), so that no node makes a lease stand as long as it
+// likes. Ten thousand: 1,000 s at the default 100 ms, so that a key
+// kept for an IdleTimeout of ten minutes may rest that long (a million
+// keys at rests of 100 s, the cap until 2026-11-28, cost Redis a fifth
+// of what Strict decisions would: docs/redis.md).
+const MaxHold = 10_000
+
 // StrictDecider decides single requests in the fleet's store. Strict
 // policies need a hybrid.Config.Syncer that implements it.
 type StrictDecider interface {
