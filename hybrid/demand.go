@@ -65,6 +65,16 @@ func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 	k.rate += alpha * (sample - k.rate)
 }
 
+// quietUntil brings k's forecast to t, k offered nothing since its last
+// forecast (see takeInbox): the average decays as a forecast at t with
+// no request would have it. Sync loop only.
+func (l *Limiter) quietUntil(k *keyState, t int64) {
+	if dt := t - k.forecastAt; dt > 0 && k.hasGrant.Load() {
+		k.rate *= math.Exp(-float64(dt) / (2 * float64(l.cfg.Interval)))
+		k.forecastAt = t
+	}
+}
+
 // demand is what k asks to lease for the next interval; consumed is what
 // it reports spent since the last sync.
 func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {

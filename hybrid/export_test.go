@@ -63,3 +63,15 @@ func (l *Limiter) ParkedFor(key string) time.Duration {
 	}
 	return 0
 }
+
+// ForecastOf is the requests a second l forecasts for key: 0 if l does
+// not track it.
+func (l *Limiter) ForecastOf(key string) float64 {
+	k, ok := l.keys.Load(key)
+	if !ok {
+		return 0
+	}
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	return k.rate
+}

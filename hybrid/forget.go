@@ -65,9 +65,10 @@ func (l *Limiter) wasCrowded() bool {
 }
 
 // forget removes k; a caller still holding it sees it retired and looks
-// the key up again.
+// the key up again. Under syncMu.
 func (l *Limiter) forget(k *keyState) {
 	k.retired.Store(true)
+	l.unpark(k) // the walk drops it at its next round, not at its park's end
 	if l.keys.CompareAndDelete(k) {
 		l.wanted.Delete(k.key)
 		l.rounds.forgotten.Add(1)

@@ -208,10 +208,13 @@ func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
 		// a second where 133 came), and the early syncs of a quiet key
 		// that turned busy asked for too little: a Cluster's live keys,
 		// quiet then at twice their limit, admitted 94.6% of the ideal
-		// (TestMasterDownOnCluster), 96.7-98.4% before parking. Its
-		// decisions meanwhile need not wake it (see decide).
-		wake = min(wake, now+iv)
+		// (TestMasterDownOnCluster), 96.7-98.4% before parking. Not
+		// parked at all: parked to the next round's expected time, a
+		// round come early passed over it, and it waited two; its
+		// decisions need not wake it (see decide).
+		k.parkAt = 0
 		k.parked.Store(false)
+		return true
 	}
 	if k.rate > 0 { // by the forecast just made
 		wake = min(wake, now+int64(min(float64(max(0, spare()))/k.rate*1e9, float64(wake-now))))

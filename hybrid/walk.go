@@ -33,6 +33,7 @@ type walkList struct {
 	dead    int         // entries whose key was forgotten
 	cursor  int         // where the next round's search for resting keys starts (see restCandidates)
 	gen     uint32      // the policy table's generation the last round saw
+	at      int64       // when the last round took the inbox (see takeInbox)
 	spare   []*keyState // takeInbox's other buffer
 }
 
@@ -94,8 +95,14 @@ func (l *Limiter) park(k *keyState) {
 }
 
 // takeInbox adds the keys made since the last round to the walk, and
-// unparks those woken. Sync loop only.
-func (l *Limiter) takeInbox() {
+// unparks those woken. A key woken was offered nothing from its last
+// look until the last round took the inbox (its first request, or
+// whatever woke it, came since: the round before would have taken it),
+// so its forecast is brought to then as a quiet time: the look to come
+// reads what it was offered over the last round, not over its whole
+// park (parked for ten minutes, a surge read as a six-thousandth of
+// itself). Sync loop only.
+func (l *Limiter) takeInbox(now int64) {
 	in, w := &l.inbox, &l.syncs.walk
 	in.mu.Lock()
 	fresh, woken := in.fresh, in.woken
@@ -109,7 +116,9 @@ func (l *Limiter) takeInbox() {
 	w.spare = fresh[:0]
 	for _, k := range woken {
 		l.unpark(k)
+		l.quietUntil(k, w.at)
 	}
+	w.at = now
 }
 
 // compact drops the entries of forgotten keys once they are a quarter of
@@ -136,9 +145,14 @@ func (w *walkList) compact() {
 // loop only.
 func (l *Limiter) walk(now int64, all bool, f func(k *keyState, e *walkEntry)) {
 	w := &l.syncs.walk
+	// A park's end was reckoned with the margin of its time (rests):
+	// looked at as much sooner as the round trip and the loop's lag are
+	// now, a key whose loop has since run late still syncs before its
+	// lease lapses.
+	due := now + l.syncs.rtt + l.syncs.pace.lag
 	for i := range w.entries {
 		e := &w.entries[i]
-		if e.k == nil || !all && e.until > now {
+		if e.k == nil || !all && e.until > due {
 			continue
 		}
 		k := e.k
@@ -190,7 +204,7 @@ func (l *Limiter) collect(now int64, all bool) []*keyState {
 	}
 	s.batch, s.owed, s.probe = s.batch[:0], s.owed[:0], nil
 	t := l.policies()
-	l.takeInbox()
+	l.takeInbox(now)
 	all = all || t.gen != s.walk.gen || l.degraded.Load() || l.crowded()
 	s.walk.gen = t.gen
 	l.walk(now, all, func(k *keyState, e *walkEntry) {

@@ -205,3 +205,39 @@ func TestQuietKeyParkedUntilNeeded(t *testing.T) {
 	}
 	assert.Greater(t, l.ParkedFor("k"), 10*time.Second, "parked until its lease (a minute) or its going idle needs it")
 }
+
+// TestSurgeAfterAQuietPark: a key parked quiet for long, then offered a
+// surge, forecasts the surge's rate, not the surge spread over the whole
+// park: its early syncs would ask for too little (parked ten minutes, a
+// six-thousandth of it).
+func TestSurgeAfterAQuietPark(t *testing.T) {
+	t.Parallel()
+	l, step, _ := parkedKey(t, hybrid.Config{IdleTimeout: time.Minute,
+		Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}}, false, 200)
+	for range 50 { // five seconds offered nothing
+		step(100 * time.Millisecond)
+	}
+	require.Equal(t, 50, admit(t, l, "k", 50)) // 500 a second, for a round
+	step(100 * time.Millisecond)
+	assert.Greater(t, l.ForecastOf("k"), 100.0, "the surge's rate, in part (500 a second over one round)")
+}
+
+// TestBusyKeyLookedAtEveryRound: a key found busy is looked at by the
+// next round whenever it comes: rounds come 0.9 to 1.1 Intervals apart,
+// and parked until an Interval on, a key was passed over by a round come
+// early (its admissions, a refusal, Invalidate, waited two rounds).
+func TestBusyKeyLookedAtEveryRound(t *testing.T) {
+	t.Parallel()
+	l, step, _ := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}}, false, 200)
+	admitted := func() uint64 { return l.Stats().Policies[0].Admitted }
+	for range 12 {
+		require.Equal(t, 5, admit(t, l, "k", 5))
+		step(90 * time.Millisecond)
+	}
+	for range 5 {
+		before := admitted()
+		require.Equal(t, 5, admit(t, l, "k", 5))
+		step(90 * time.Millisecond)
+		assert.Equal(t, before+5, admitted(), "counted by the next round, come early")
+	}
+}
