@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -174,4 +175,35 @@ func TestHeardLeaseStaysOut(t *testing.T) {
 		assert.Positive(t, reserved)
 		assert.Less(t, reserved, 200.0, "from when last heard (100 ms at up to a token a ms), not from its last sync of the key")
 	})
+}
+
+// TestAliveOutlivesARest: the fleet's set of nodes heard keeps a node
+// for as long as a lease may rest (10,000 intervals) and a stale
+// horizon, at least ten minutes: a node resting on a key past a quarter
+// of its burst, cut off, is found so by its entry there, and pruned
+// before its rest ended it would be counted active until its lease
+// lapsed, and reserved for only from then.
+func TestAliveOutlivesARest(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	c, ctx := s.Client(t), context.Background()
+	sync := func() {
+		resp, err := r.Sync(ctx, &fleet.Request{Node: "a", Interval: 100 * time.Millisecond,
+			Keys: []fleet.Usage{{Key: "k", Limit: fleet.Limit{Limit: 1000, Window: time.Second}, Demand: 1}}})
+		require.NoError(t, err)
+		require.NoError(t, resp.Grants[0].Err)
+	}
+	sync()
+	now, err := c.Time(ctx).Result()
+	require.NoError(t, err)
+	// Heard 700 s ago: past ten minutes, within a rest of 1,000 s.
+	require.NoError(t, c.ZAdd(ctx, "hl:alive", redis.Z{Score: float64(now.Add(-700 * time.Second).UnixMicro()), Member: "resting"}).Err())
+	require.NoError(t, c.PExpire(ctx, "hl:alive", time.Second).Err()) // due for pruning at the next call
+	sync()
+	_, err = c.ZScore(ctx, "hl:alive", "resting").Result()
+	assert.NoError(t, err, "a node heard within a rest is kept")
+	ttl, err := c.PTTL(ctx, "hl:alive").Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 1000*time.Second, "the set outlives a rest")
 }

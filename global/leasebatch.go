@@ -3,6 +3,7 @@ package global
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -51,10 +52,15 @@ const (
 const leaseArgs = 12
 
 // aliveKeep is how long, in µs, the fleet's set of nodes heard keeps a
-// node Redis no longer hears: ten minutes, far beyond a stale horizon
-// (three intervals); an older entry would only say that the node is
-// silent, as its absence does.
-const aliveKeep = 10 * 60 * 1_000_000
+// node Redis no longer hears, at least: ten minutes, far beyond a stale
+// horizon (three intervals), and longer while a lease may rest longer
+// (store.MaxHold intervals), up to aliveMost. A node resting on a key
+// whose entry is gone is not known cut off (see scan): it would count
+// as active until its lease lapsed.
+const (
+	aliveKeep = 10 * 60 * 1_000_000
+	aliveMost = 24 * 60 * 60 * 1_000_000 // a day: rests longer than that (an Interval past 8.6 s) may outlive an entry
+)
 
 // leaseBatch is the lease of many keys, in one script call. KEYS, in
 // pairs, are each key's state hash and lease mark. ARGV starts with what
@@ -96,16 +102,19 @@ local at = 8 + #steps
 local oom = redis.pcall('SETRANGE', KEYS[2], 0, '')
 if type(oom) == 'table' and oom.err and string.sub(oom.err, 1, 4) == 'OOM ' then return oom end
 -- The node is heard (see heard): its time in the fleet's set. Once
--- less than aliveKeep is left of the set's expiry, it is renewed to
--- twice that, and nodes not heard for aliveKeep are dropped: two
--- commands a call, not four. Under pcall, and only once the ZADD took:
--- a key of another type (someone else's) is left as it is, and only
--- the reserves' precision suffers, not the batch.
+-- less than keep is left of the set's expiry, it is renewed to twice
+-- that, and nodes not heard for keep are dropped: two commands a call,
+-- not four. keep is aliveKeep, or as long as a lease may rest and a
+-- stale horizon if longer (a resting node cut off is found so by its
+-- entry: see scan), at most aliveMost. Under pcall, and only once the
+-- ZADD took: a key of another type (someone else's) is left as it is,
+-- and only the reserves' precision suffers, not the batch.
+local keep = math.min(math.max(` + strconv.Itoa(aliveKeep) + `, maxHold * interval + stale), ` + strconv.Itoa(aliveMost) + `)
 if alive ~= '' and score and type(redis.pcall('ZADD', alive, now, node)) == 'number' then
   local left = redis.pcall('PTTL', alive)
-  if type(left) == 'number' and left < ` + strconv.Itoa(aliveKeep/1000) + ` then
-    redis.pcall('ZREMRANGEBYSCORE', alive, '-inf', '(' .. string.format('%.0f', now - ` + strconv.Itoa(aliveKeep) + `))
-    redis.pcall('PEXPIRE', alive, ` + strconv.Itoa(2*aliveKeep/1000) + `)
+  if type(left) == 'number' and left < keep / 1000 then
+    redis.pcall('ZREMRANGEBYSCORE', alive, '-inf', '(' .. string.format('%.0f', now - keep))
+    redis.pcall('PEXPIRE', alive, string.format('%.0f', math.ceil(2 * keep / 1000)))
   end
 end
 local out = {}
@@ -414,7 +423,10 @@ func (r *Redis) leaseItem(iv time.Duration, u fleet.Usage) (leaseItem, error) {
 	window := micros(u.Limit.Window)
 	// The state outlives a full refill and a few intervals, and a lease
 	// a node rests on (a token bucket's, on the key itself).
-	hold := min(int64(u.Hold/time.Microsecond), store.MaxHold*interval)
+	hold := int64(u.Hold / time.Microsecond)
+	if interval <= math.MaxInt64/store.MaxHold { // a hostile Interval of centuries would wrap
+		hold = min(hold, store.MaxHold*interval)
+	}
 	if alg != 0 || u.Shard != (fleet.Shard{}) {
 		hold = 0
 	}

@@ -88,7 +88,7 @@ local function scan(h, key, node, now, stale, keep, interval, alive, hot)
         -- Redis has heard, but not for the stale horizon, is cut off: it
         -- spends its lease and then its fail-static share, on its ladder
         -- from when it was last heard, not from its lease's lapse (a
-        -- rest lasts up to two minutes). Its lease stays out, and it is
+        -- rest lasts two minutes or more). Its lease stays out, and it is
         -- reserved for as a silent node. (Not known where Redis keeps no
         -- set of the nodes it hears, a Cluster: there the lapse.)
         local cut = rests and hot and at > 0 and not hears

@@ -66,15 +66,18 @@ end
 -- only these scripts set the key's expiry and chargeLease only
 -- lengthens it) is less than ttl. A PEXPIRE at every lease was a
 -- command in four; now one in about ttl / (2 intervals). An x further
--- off than twice the ttl was written by no lease at this clock (Redis's
--- clock went back, or a value no script wrote): renewed, so that it
--- cannot hold the expiry back.
-local function writeState(h, key, now, ttl, f, node, series, upto)
+-- off than twice longest (ms: the longest ttl any node's lease on the
+-- key may ask, its rest the longest) was written by no lease at this
+-- clock (Redis's clock went back, or a value no script wrote): renewed,
+-- so that it cannot hold the expiry back. (Renewed past twice ttl, a
+-- node new to a key, its Hold short, cut the key's expiry under another
+-- node's resting lease, and the state expired while the lease stood.)
+local function writeState(h, key, now, ttl, longest, f, node, series, upto)
   if series then
     f[#f + 1], f[#f + 2], f[#f + 3], f[#f + 4] = 'k:' .. node, series, 'c:' .. node, upto
   end
   local x = stored(h['x'], 'x', 0)
-  local renew = not x or x - now < ttl * 1000 or x - now > 2 * ttl * 1000
+  local renew = not x or x - now < ttl * 1000 or x - now > 2 * longest * 1000
   if renew then
     f[#f + 1], f[#f + 2] = 'x', now + 2 * ttl * 1000
   end
@@ -350,7 +353,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   local own = now + stale
   if rest > 0 then own = now + rest elseif lease + carry > 0 then own = now + 2 * interval end
   if settled then redis.call('HDEL', key, 'p:' .. node) end
-  writeState(h, key, now, ttl, aggregated({'tokens', tokens, 'ts', now, 'b', burst,
+  writeState(h, key, now, ttl, ttl + math.ceil(maxHold * interval / 1000), aggregated({'tokens', tokens, 'ts', now, 'b', burst,
     'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now,
     't:' .. node, rest}, a, demand, lease + carry, resting, own), node, series, upto)
 
@@ -416,7 +419,7 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   end
   cur = clampN(cur + lease + ahead)
 
-  writeState(h, key, now, ttl, aggregated({'w', w, 'cur', cur, 'prev', prevc,
+  writeState(h, key, now, ttl, ttl, aggregated({'w', w, 'cur', cur, 'prev', prevc,
     'l:' .. node, lease + ahead + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now}, a, demand, 0, 0, now + stale), node, series, upto)
 
   local remaining = math.max(0, avail - lease - ahead)

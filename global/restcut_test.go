@@ -2,6 +2,7 @@ package global_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func restingKey(t *testing.T, hold time.Duration) (*redistest.Server, func(node,
 }
 
 // TestRestingNodeCutOff: a node resting on a key (its lease granted for
-// its Hold, up to two minutes) that Redis stops hearing altogether is
+// its Hold, two minutes or more) that Redis stops hearing altogether is
 // cut off, spending its lease and then its fail-static share on its
 // ladder. Once the key is more than a quarter spent, Redis counts it
 // out: its lease stays out of the bucket, and its share is reserved from
@@ -131,4 +132,37 @@ func TestRestingNodeCutOffLapses(t *testing.T) {
 	grown := float64(end.Sub(heard)) / float64(at.Sub(heard))
 	t.Logf("a's reserve while resting %.2f, after its lapse %.2f: %.1f times, for %.1f times the time", before, after, after/before, grown)
 	assert.GreaterOrEqual(t, after, before*grown*0.8, "the reserve grows from when Redis last heard a")
+}
+
+// TestShortHoldKeepsARestingLease: a node whose lease rests on a key
+// keeps the key's state in Redis as long as its lease stands, whatever
+// the others ask: a node new to the key (its Hold short) renewed the
+// key's expiry to its own, shorter, and the state (the bucket, the
+// resting lease counted out) expired under the resting node, whose
+// lease the fleet then leased again beside it.
+func TestShortHoldKeepsARestingLease(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t)
+	r := newSyncer(t, s.DeadlineClient(t))
+	lim := fleet.Limit{Limit: 100, Window: time.Second}
+	sync := func(node string, hold time.Duration) fleet.Grant {
+		resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: restInterval,
+			Keys: []fleet.Usage{{Key: "k", Limit: lim, Demand: 2, Series: 1, Hold: hold}}})
+		require.NoError(t, err)
+		require.NoError(t, resp.Grants[0].Err)
+		return resp.Grants[0]
+	}
+	require.Greater(t, sync("a", 30*time.Second).TTL, 10*time.Second, "a rests on the key")
+	sync("b", 0) // its state's TTL: about 2 s (two windows and ten intervals), kept for twice that
+	time.Sleep(5 * time.Second)
+	keys, err := s.Client(t).Keys(context.Background(), "*").Result()
+	require.NoError(t, err)
+	assert.Condition(t, func() bool {
+		for _, k := range keys {
+			if strings.HasSuffix(k, "lease") {
+				return true
+			}
+		}
+		return false
+	}, "the key's state outlives b's TTL while a's lease rests: %v", keys)
 }

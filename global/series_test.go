@@ -196,3 +196,27 @@ func TestHoldValidated(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileIntervalKeepsTheKey: a node's Interval of centuries (a
+// Request needs only a positive one) with a Hold it allows must not
+// wrap the longest rest (10,000 Intervals, in µs) into a negative TTL:
+// Redis would expire the key's state, and every node's leases and
+// spending with it.
+func TestHostileIntervalKeepsTheKey(t *testing.T) {
+	t.Parallel()
+	r := newSyncer(t, redistest.StartServer(t).DeadlineClient(t))
+	lim := fleet.Limit{Limit: 1000, Window: time.Hour}
+	sync := func(node string, iv time.Duration, u fleet.Usage) fleet.Grant {
+		u.Key, u.Limit = "k", lim
+		resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: iv, Keys: []fleet.Usage{u}})
+		require.NoError(t, err)
+		require.NoError(t, resp.Grants[0].Err)
+		return resp.Grants[0]
+	}
+	sync("a", 100*time.Millisecond, fleet.Usage{Demand: 1, Series: 1})
+	sync("a", 100*time.Millisecond, fleet.Usage{Consumed: 600, Total: 600, Demand: 1, Series: 1})
+	// 10,000 of its µs are just past 2^63: a product wrapped to -9.2e18.
+	sync("b", 922_337_203_685_478*time.Microsecond, fleet.Usage{Demand: 1, Series: 1, Hold: time.Hour})
+	g := sync("a", 100*time.Millisecond, fleet.Usage{Total: 600, Demand: 1, Series: 1})
+	assert.Less(t, g.Remaining, int64(500), "a's 600 still spent")
+}
