@@ -66,12 +66,15 @@ end
 -- only these scripts set the key's expiry and chargeLease only
 -- lengthens it) is less than ttl. A PEXPIRE at every lease was a
 -- command in four; now one in about ttl / (2 intervals). An x further
--- off than twice longest (ms: the longest ttl any node's lease on the
--- key may ask, its rest the longest) was written by no lease at this
--- clock (Redis's clock went back, or a value no script wrote): renewed,
--- so that it cannot hold the expiry back. (Renewed past twice ttl, a
--- node new to a key, its Hold short, cut the key's expiry under another
--- node's resting lease, and the state expired while the lease stood.)
+-- off than twice longest (ms: ttl, or math.huge while any node's lease
+-- rests on the key) was written by no lease at this clock (Redis's
+-- clock went back, or a value no script wrote): renewed, so that it
+-- cannot hold the expiry back. While a lease rests, no x is too far:
+-- renewed past twice its own ttl, a node new to a key (its Hold short,
+-- or its Interval), cut the key's expiry under another node's resting
+-- lease, and the state expired while the lease stood. (A false x far
+-- off is then believed until no lease rests: the key keeps the expiry
+-- set last, and expires then, as if deleted.)
 local function writeState(h, key, now, ttl, longest, f, node, series, upto)
   if series then
     f[#f + 1], f[#f + 2], f[#f + 3], f[#f + 4] = 'k:' .. node, series, 'c:' .. node, upto
@@ -353,7 +356,9 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   local own = now + stale
   if rest > 0 then own = now + rest elseif lease + carry > 0 then own = now + 2 * interval end
   if settled then redis.call('HDEL', key, 'p:' .. node) end
-  writeState(h, key, now, ttl, ttl + math.ceil(maxHold * interval / 1000), aggregated({'tokens', tokens, 'ts', now, 'b', burst,
+  local longest = ttl
+  if (a.R or 0) > 0 or resting > 0 then longest = math.huge end
+  writeState(h, key, now, ttl, longest, aggregated({'tokens', tokens, 'ts', now, 'b', burst,
     'l:' .. node, lease + carry, 'g:' .. node, now, 'd:' .. node, demand, 's:' .. node, now,
     't:' .. node, rest}, a, demand, lease + carry, resting, own), node, series, upto)
 

@@ -142,27 +142,40 @@ func TestRestingNodeCutOffLapses(t *testing.T) {
 // lease the fleet then leased again beside it.
 func TestShortHoldKeepsARestingLease(t *testing.T) {
 	t.Parallel()
-	s := redistest.StartServer(t)
-	r := newSyncer(t, s.DeadlineClient(t))
-	lim := fleet.Limit{Limit: 100, Window: time.Second}
-	sync := func(node string, hold time.Duration) fleet.Grant {
-		resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: restInterval,
-			Keys: []fleet.Usage{{Key: "k", Limit: lim, Demand: 2, Series: 1, Hold: hold}}})
-		require.NoError(t, err)
-		require.NoError(t, resp.Grants[0].Err)
-		return resp.Grants[0]
-	}
-	require.Greater(t, sync("a", 30*time.Second).TTL, 10*time.Second, "a rests on the key")
-	sync("b", 0) // its state's TTL: about 2 s (two windows and ten intervals), kept for twice that
-	time.Sleep(5 * time.Second)
-	keys, err := s.Client(t).Keys(context.Background(), "*").Result()
-	require.NoError(t, err)
-	assert.Condition(t, func() bool {
-		for _, k := range keys {
-			if strings.HasSuffix(k, "lease") {
-				return true
+	for _, c := range []struct {
+		name         string
+		aIv, bIv     time.Duration // each node's Interval
+		aHold, bHold time.Duration
+	}{
+		{"short hold", restInterval, restInterval, 30 * time.Second, 0},
+		// a rests for 1,000 s, past any rest of b's (10,000 of its 10 ms).
+		{"short interval", 100 * time.Millisecond, restInterval, 1000 * time.Second, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := redistest.StartServer(t)
+			r := newSyncer(t, s.DeadlineClient(t))
+			lim := fleet.Limit{Limit: 100, Window: time.Second}
+			sync := func(node string, iv, hold time.Duration) fleet.Grant {
+				resp, err := r.Sync(context.Background(), &fleet.Request{Node: node, Interval: iv,
+					Keys: []fleet.Usage{{Key: "k", Limit: lim, Demand: 2, Series: 1, Hold: hold}}})
+				require.NoError(t, err)
+				require.NoError(t, resp.Grants[0].Err)
+				return resp.Grants[0]
 			}
-		}
-		return false
-	}, "the key's state outlives b's TTL while a's lease rests: %v", keys)
+			require.Greater(t, sync("a", c.aIv, c.aHold).TTL, 10*time.Second, "a rests on the key")
+			sync("b", c.bIv, c.bHold) // its state's TTL: about 2 s (two windows and ten intervals), kept for twice that
+			time.Sleep(5 * time.Second)
+			keys, err := s.Client(t).Keys(context.Background(), "*").Result()
+			require.NoError(t, err)
+			assert.Condition(t, func() bool {
+				for _, k := range keys {
+					if strings.HasSuffix(k, "lease") {
+						return true
+					}
+				}
+				return false
+			}, "the key's state outlives b's TTL while a's lease rests: %v", keys)
+		})
+	}
 }

@@ -85,9 +85,8 @@ func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
 	out, resting := l.syncs.awake[:0], l.syncs.resting[:0]
 	defer func() { l.syncs.awake, l.syncs.resting = out[:0], resting[:0] }()
 	cut, crowded, gen := false, l.crowded(), l.policies().gen
-	looked := len(batch)
 	batch = l.restCandidates(batch, now, cutCompanions)
-	for i, k := range batch {
+	for _, k := range batch {
 		k.parked.Store(true) // before rests and gen are looked at: see park
 		if !l.rests(k, now, crowded) || k.gen.Load() != gen {
 			// Synced this round; one whose policy is to be resolved
@@ -98,9 +97,7 @@ func (l *Limiter) restless(batch []*keyState, now int64) []*keyState {
 			cut = cut || k.failing.Load()
 			continue
 		}
-		if i < looked {
-			l.park(k)
-		}
+		l.park(k) // a parked key answered at once keeps its park; one looked at again, its new one
 		resting = append(resting, k)
 	}
 	n := 1
@@ -170,7 +167,9 @@ func oldest(out, resting []*keyState, n int) []*keyState {
 // admitted, a million keys offered Zipf(1.1) took half the loop's CPU,
 // and 78% of rounds ran late.) crowded is l.crowded(). Sync loop only.
 func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
-	if now < k.parkAt && !crowded && !k.early.Load() && !k.failing.Load() && k.refused.Load() == k.refusedSeen {
+	// As the walk does (see walk): a park reckoned with a shorter round
+	// trip or lag than now is looked at again, with the margin of now.
+	if now+l.syncs.rtt+l.syncs.pace.lag < k.parkAt && !crowded && !k.early.Load() && !k.failing.Load() && k.refused.Load() == k.refusedSeen {
 		return true
 	}
 	iv := int64(l.cfg.Interval)
