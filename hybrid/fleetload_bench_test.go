@@ -21,8 +21,9 @@ import (
 // BenchmarkFleetManyKeys is a fleet of nodes on one real Redis, every
 // node deciding the same keys, each key once a second (far under its
 // limit, so that keys rest: see rest.go), with the background loops at
-// an Interval of 100 ms. It reports what Redis paid over the settled
-// keys' longest rest (100 s; see holdOf), from two IdleTimeouts and 20 s
+// an Interval of 100 ms. It reports what Redis paid over 100 s (the
+// settled keys' longest rest until rests of two minutes: see holdOf),
+// from two IdleTimeouts and 20 s
 // after the start: Redis's CPU a second of run (redis-cores) and in its
 // busiest 5 s (peak-redis-cores), the key syncs a second, the share of
 // rounds longer than the Interval (late-rounds), and how long the start
