@@ -175,20 +175,31 @@ func TestInboxBoundedWithoutRounds(t *testing.T) {
 // looked at again the next round, not a second later, so that its
 // forecast (and Stats) follow a surge: parked for long, a forecast
 // spread a surge over the whole park, and the early syncs of a quiet
-// key that turned busy asked for too little.
+// key that turned busy asked for too little. Rounds come 0.9 to 1.1
+// Intervals apart: parked until an Interval on, a busy key was passed
+// over by a round come early (its admissions, a refusal, Invalidate,
+// waited two rounds).
 func TestBusyKeyLookedAtEachRound(t *testing.T) {
 	t.Parallel()
-	l, step, _ := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}}, false, 200)
-	admitted := func() uint64 { return l.Stats().Policies[0].Admitted }
-	for range 12 { // past the quiet park: the loop has seen it busy
-		require.Equal(t, 5, admit(t, l, "k", 5))
-		step(100 * time.Millisecond)
-	}
-	for range 5 {
-		before := admitted()
-		require.Equal(t, 5, admit(t, l, "k", 5))
-		step(100 * time.Millisecond)
-		assert.Equal(t, before+5, admitted(), "a busy key's admissions counted by the next round")
+	for _, c := range []struct {
+		name string
+		gap  time.Duration // between rounds
+	}{{"on time", 100 * time.Millisecond}, {"early", 90 * time.Millisecond}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			l, step, _ := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}}, false, 200)
+			admitted := func() uint64 { return l.Stats().Policies[0].Admitted }
+			for range 12 { // past the quiet park: the loop has seen it busy
+				require.Equal(t, 5, admit(t, l, "k", 5))
+				step(c.gap)
+			}
+			for range 5 {
+				before := admitted()
+				require.Equal(t, 5, admit(t, l, "k", 5))
+				step(c.gap)
+				assert.Equal(t, before+5, admitted(), "a busy key's admissions counted by the next round")
+			}
+		})
 	}
 }
 
@@ -220,24 +231,4 @@ func TestSurgeAfterAQuietPark(t *testing.T) {
 	require.Equal(t, 50, admit(t, l, "k", 50)) // 500 a second, for a round
 	step(100 * time.Millisecond)
 	assert.Greater(t, l.ForecastOf("k"), 100.0, "the surge's rate, in part (500 a second over one round)")
-}
-
-// TestBusyKeyLookedAtEveryRound: a key found busy is looked at by the
-// next round whenever it comes: rounds come 0.9 to 1.1 Intervals apart,
-// and parked until an Interval on, a key was passed over by a round come
-// early (its admissions, a refusal, Invalidate, waited two rounds).
-func TestBusyKeyLookedAtEveryRound(t *testing.T) {
-	t.Parallel()
-	l, step, _ := parkedKey(t, hybrid.Config{Policies: []hybrid.Policy{{Name: "api", Limit: 1_000_000, Window: time.Second}}}, false, 200)
-	admitted := func() uint64 { return l.Stats().Policies[0].Admitted }
-	for range 12 {
-		require.Equal(t, 5, admit(t, l, "k", 5))
-		step(90 * time.Millisecond)
-	}
-	for range 5 {
-		before := admitted()
-		require.Equal(t, 5, admit(t, l, "k", 5))
-		step(90 * time.Millisecond)
-		assert.Equal(t, before+5, admitted(), "counted by the next round, come early")
-	}
 }
