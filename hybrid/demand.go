@@ -61,8 +61,7 @@ func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 		k.rate = max(k.rate, sample)
 		return
 	}
-	alpha := 1 - math.Exp(-float64(dt)/(2*interval))
-	k.rate += alpha * (sample - k.rate)
+	k.rate += (1 - l.kept(dt)) * (sample - k.rate)
 }
 
 // quietUntil brings k's forecast to t, k offered nothing since its last
@@ -70,9 +69,15 @@ func (l *Limiter) forecast(k *keyState, now int64, m mark) {
 // no request would have it. Sync loop only.
 func (l *Limiter) quietUntil(k *keyState, t int64) {
 	if dt := t - k.forecastAt; dt > 0 && k.hasGrant.Load() {
-		k.rate *= math.Exp(-float64(dt) / (2 * float64(l.cfg.Interval)))
+		k.rate *= l.kept(dt)
 		k.forecastAt = t
 	}
+}
+
+// kept is the weight a forecast keeps of its past over dt ns: its time
+// constant is two Intervals.
+func (l *Limiter) kept(dt int64) float64 {
+	return math.Exp(-float64(dt) / (2 * float64(l.cfg.Interval)))
 }
 
 // demand is what k asks to lease for the next interval; consumed is what

@@ -9,13 +9,20 @@ import (
 // NodesOf is how many active nodes key's last grant on l reported; 0 if
 // l does not track key or has had no grant for it.
 func NodesOf(l *Limiter, key string) int {
+	return ofKey(l, key, func(k *keyState) int { return k.nodes })
+}
+
+// ofKey is f of key's state under the sync lock; zero if l does not
+// track key.
+func ofKey[T any](l *Limiter, key string, f func(*keyState) T) T {
 	k, ok := l.keys.Load(key)
 	if !ok {
-		return 0
+		var zero T
+		return zero
 	}
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	return k.nodes
+	return f(k)
 }
 
 // DefaultHotKeyShards is Config.HotKeyShards's default, for the tests
@@ -67,11 +74,5 @@ func (l *Limiter) ParkedFor(key string) time.Duration {
 // ForecastOf is the requests a second l forecasts for key: 0 if l does
 // not track it.
 func (l *Limiter) ForecastOf(key string) float64 {
-	k, ok := l.keys.Load(key)
-	if !ok {
-		return 0
-	}
-	l.syncMu.Lock()
-	defer l.syncMu.Unlock()
-	return k.rate
+	return ofKey(l, key, func(k *keyState) float64 { return k.rate })
 }

@@ -32,7 +32,9 @@ const cutCompanions = 16
 // defaults asked for 9,100 key syncs a second, more than one Redis
 // made (a warm-up that never ended, at 0.78 of a Redis core), and ask
 // for about 900 once settled (BenchmarkFleetManyKeys: 814-1,365 over
-// the 100 s after a start of 30-35 s, 0.06-0.11 of a core). What a longer
+// the 100 s after a start of 30-35 s, 0.06-0.11 of a core, with rests of
+// 100 s; 805-808 and 0.06 with two minutes, over the 100 s that hold
+// the first rests' end). What a longer
 // rest costs is bounded by the lease it stands on: a resting lease is
 // at most a quarter of the burst's part of each node, and all of a
 // key's resting leases at most half its burst, which a node that dies
@@ -167,9 +169,9 @@ func oldest(out, resting []*keyState, n int) []*keyState {
 // admitted, a million keys offered Zipf(1.1) took half the loop's CPU,
 // and 78% of rounds ran late.) crowded is l.crowded(). Sync loop only.
 func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
-	// As the walk does (see walk): a park reckoned with a shorter round
-	// trip or lag than now is looked at again, with the margin of now.
-	if now+l.syncs.rtt+l.syncs.pace.lag < k.parkAt && !crowded && !k.early.Load() && !k.failing.Load() && k.refused.Load() == k.refusedSeen {
+	// As the walk does: a park reckoned with a shorter round trip or lag
+	// than now is looked at again, with the margin of now.
+	if l.parkDue(now) < k.parkAt && !crowded && !k.early.Load() && !k.failing.Load() && k.refused.Load() == k.refusedSeen {
 		return true
 	}
 	iv := int64(l.cfg.Interval)

@@ -145,11 +145,7 @@ func (w *walkList) compact() {
 // loop only.
 func (l *Limiter) walk(now int64, all bool, f func(k *keyState, e *walkEntry)) {
 	w := &l.syncs.walk
-	// A park's end was reckoned with the margin of its time (rests):
-	// looked at as much sooner as the round trip and the loop's lag are
-	// now, a key whose loop has since run late still syncs before its
-	// lease lapses.
-	due := now + l.syncs.rtt + l.syncs.pace.lag
+	due := l.parkDue(now)
 	for i := range w.entries {
 		e := &w.entries[i]
 		if e.k == nil || !all && e.until > due {
@@ -169,6 +165,13 @@ func (l *Limiter) walk(now int64, all bool, f func(k *keyState, e *walkEntry)) {
 	}
 	w.compact()
 }
+
+// parkDue is the time a park must end by to be looked at by the round
+// at now: a park's end was reckoned with the margin of its time (see
+// rests); looked at as much sooner as the round trip and the loop's lag
+// are now, a key whose loop has since run late still syncs before its
+// lease lapses. Sync loop only.
+func (l *Limiter) parkDue(now int64) int64 { return now + l.syncs.rtt + l.syncs.pace.lag }
 
 // restCandidates appends to batch up to n parked Hybrid keys, taking
 // turns through the walk: the keys the round may sync as the resting
