@@ -3,7 +3,6 @@ package global
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -423,10 +422,7 @@ func (r *Redis) leaseItem(iv time.Duration, u fleet.Usage) (leaseItem, error) {
 	window := micros(u.Limit.Window)
 	// The state outlives a full refill and a few intervals, and a lease
 	// a node rests on (a token bucket's, on the key itself).
-	hold := int64(u.Hold / time.Microsecond)
-	if interval <= math.MaxInt64/store.MaxHold { // a hostile Interval of centuries would wrap
-		hold = min(hold, store.MaxHold*interval)
-	}
+	hold := min(int64(u.Hold/time.Microsecond), store.MaxRest(interval))
 	if alg != 0 || u.Shard != (fleet.Shard{}) {
 		hold = 0
 	}

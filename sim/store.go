@@ -101,16 +101,7 @@ func (o *nodeLease) restsUntil(interval int64) int64 {
 	if o.ttl <= 0 {
 		return 0
 	}
-	return o.granted + min(o.ttl, maxRest(interval))
-}
-
-// maxRest is the longest a lease rests, in µs, at interval µs: MaxHold
-// intervals, or for ever past int64 (Lua's doubles do not wrap).
-func maxRest(interval int64) int64 {
-	if interval > math.MaxInt64/istore.MaxHold {
-		return math.MaxInt64
-	}
-	return istore.MaxHold * interval
+	return o.granted + min(o.ttl, istore.MaxRest(interval))
 }
 
 // spentBy is the scripts' spentBy: what a node cut off for e µs may
@@ -162,7 +153,7 @@ func (s *store) apply(o *op, now int64) {
 			continue
 		}
 		st := s.keys[u.Key]
-		hold := min(u.Hold.Microseconds(), maxRest(interval))
+		hold := min(u.Hold.Microseconds(), istore.MaxRest(interval))
 		if u.Hold < 0 || u.Hold/istore.MaxHold > o.req.Interval { // as Redis: see leaseItem
 			resp.Grants[i].Err = fmt.Errorf("%w: key %q: Hold is %v; it must be from 0 to %d Intervals", fleet.ErrInvalid, u.Key, u.Hold, istore.MaxHold)
 			continue
@@ -262,7 +253,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	alone := false // no other node recorded at a scan: no aggregate kept
 	if !a.ok || now >= due || now < a.t {
 		alone = len(st.nodes) == 1
-		*a = aggregate{ok: true, t: now, iv: interval, st: stale, e: now + min(maxRest(interval), math.MaxInt64-now)}
+		*a = aggregate{ok: true, t: now, iv: interval, st: stale, e: now + min(istore.MaxRest(interval), math.MaxInt64-now)}
 		for n, o := range st.nodes {
 			if n == node || o.seen == 0 {
 				continue
@@ -401,7 +392,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			}
 			if cut >= 1 && cut <= part && st.tokens+l-cut+out >= burst*3/4 && a.resting+cut <= burst/2 {
 				st.tokens, l = st.tokens+l-cut, cut
-				me.ttl = min(hold, maxRest(interval))
+				me.ttl = min(hold, istore.MaxRest(interval))
 			}
 		}
 		me.lease, me.granted = l+carry, now

@@ -9,6 +9,7 @@ package store
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
@@ -22,6 +23,16 @@ import (
 // keys at rests of 100 s, the cap until 2026-11-28, cost Redis a fifth
 // of what Strict decisions would: docs/redis.md).
 const MaxHold = 10_000
+
+// MaxRest is the longest a lease rests at an Interval of interval µs:
+// MaxHold intervals, or for ever past int64 (an Interval of centuries,
+// from a hostile node, would wrap into a negative TTL).
+func MaxRest(interval int64) int64 {
+	if interval > math.MaxInt64/MaxHold {
+		return math.MaxInt64
+	}
+	return MaxHold * interval
+}
 
 // StrictDecider decides single requests in the fleet's store. Strict
 // policies need a hybrid.Config.Syncer that implements it.
