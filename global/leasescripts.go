@@ -159,15 +159,15 @@ end
 
 -- grantFrom leases what the node demands, up to its weight's part of the
 -- capacity (so no node starves the others), and at least its equal part
--- of what is free up to most (see slackOf); never more than is
--- available, and at least one token when anything is wanted and
--- available.
+-- of what is free beyond a quarter of the capacity, up to most (see
+-- slackOf); never more than is available, and at least one token when
+-- anything is wanted and available.
 local function grantFrom(avail, demand, weight, capacity, count, most)
   if avail < 1 or demand <= 0 then return 0 end
   local g = math.ceil(capacity * weight)
   if g < 1 then g = 1 end
   if g > demand then g = demand end
-  local slack = math.min(math.floor(avail / count), most)
+  local slack = math.min(math.floor(math.max(0, avail - capacity / 4) / count), most)
   if g < slack then g = slack end
   if g > avail then g = math.floor(avail) end
   return g

@@ -330,7 +330,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		}
 		g := max(math.Ceil(capacity*weight), 1)
 		g = min(g, demand)
-		g = max(g, min(math.Floor(avail/float64(count)), slack)) // an equal part of what is free
+		g = max(g, min(math.Floor(max(0, avail-capacity/4)/float64(count)), slack)) // an equal part of what is free beyond a quarter
 		if g > avail {
 			g = math.Floor(avail)
 		}
