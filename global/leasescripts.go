@@ -175,7 +175,8 @@ end
 `
 
 // slackOf is the most a lease takes beyond the node's demand: its equal
-// part of what is free, so that while the key is well under its limit
+// part of what is free beyond a quarter of the capacity (see grantFrom),
+// so that while the key is well under its limit
 // every active node holds enough to absorb a burst (the part shrinks as
 // the key nears its limit), up to what the limit refills in two
 // intervals (a node that vanishes takes its lease with it). Only while

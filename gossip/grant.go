@@ -253,7 +253,8 @@ func clampLease(demand int64, share, free float64) int64 {
 }
 
 // slack is the least a node that demands anything leases while the key
-// is light (see weight), as the Redis scripts lease (slackOf): half its
+// is light (see weight), as the Redis scripts lease (slackOf, which
+// lend from what is free beyond a quarter of the capacity): half its
 // equal part of what is free, up to what the limit refills in two
 // intervals, so that a burst finds room. Leased to its forecast alone, a
 // node whose traffic comes in bursts refused what the fleet had room

@@ -257,7 +257,8 @@ func TestLeaseShardAccounting(t *testing.T) {
 	require.NoError(t, err)
 	// A lease is sized for an interval at the node's rate, with
 	// headroom, and an early sync adds to it; while the key is far under
-	// its limit it is at least the node's part of what is free, up to
+	// its limit it is at least the node's part of what is free beyond a
+	// quarter of the limit, up to
 	// what the limit refills in two intervals (most). The leases
 	// outstanding at the split (8 nodes) and at the merge (4) are
 	// counted as spent: measured 3,100 over what was admitted. Charging
