@@ -84,6 +84,34 @@ func TestStoreMatchesRedis(t *testing.T) {
 	}
 }
 
+// TestStoreMatchesRedisSlack is TestStoreMatchesRedis where leases take
+// slack (a window ten intervals long): 16 nodes each lent their part of
+// what is free beyond a quarter of the burst, then one that asks for
+// 100 (global's TestSlackLeavesRoomForDemand). A token bucket's: its
+// level is what the leases leave, whatever the time between the calls.
+func TestStoreMatchesRedisSlack(t *testing.T) {
+	t.Parallel()
+	r, client := realStore(t)
+	for _, shares := range []fleet.Shares{fleet.DemandWeighted, fleet.Equal} {
+		key := fmt.Sprintf("slack-%v", shares)
+		lim := fleet.Limit{Limit: 1000, Window: time.Second}
+		st := &store{keys: map[string]*lease{}}
+		for i := range 17 {
+			node, demand := fmt.Sprint("n", i), int64(1)
+			if i == 16 {
+				node, demand = "late", 100
+			}
+			req := fleet.Request{Node: node, Interval: 100 * time.Millisecond, Shares: shares,
+				Keys: []fleet.Usage{{Key: key, Limit: lim, Demand: demand}}}
+			w, g, _ := syncBoth(t, r, client, st, req)
+			what := fmt.Sprintf("%v step %d", shares, i)
+			assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
+			assert.Equal(t, w.Remaining, g.Remaining, "remaining: %s", what)
+			assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
+		}
+	}
+}
+
 // realStore is global's lease store on a real Redis of its own, and
 // the client it uses, for the tests that hold the simulator's store to it.
 func realStore(t *testing.T) (*global.Redis, *redis.Client) {
