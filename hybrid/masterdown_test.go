@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,8 +51,8 @@ func TestMasterDownOnCluster(t *testing.T) {
 				}
 			}
 			require.Positive(t, pid)
-			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+			require.NoError(t, redistest.Pause(pid))
+			t.Cleanup(func() { _ = redistest.Resume(pid) })
 		}, 0.08)
 	})
 }
