@@ -505,25 +505,18 @@ func TestRedisSilent(t *testing.T) {
 // (BenchmarkFleetManyKeys).
 func TestSlackLeavesRoomForDemand(t *testing.T) {
 	t.Parallel()
-	s := redistest.StartServer(t)
-	r := newSyncer(t, s.DeadlineClient(t))
-	ctx := context.Background()
-	lim := fleet.Limit{Limit: 1000, Window: time.Second}
-	sync := func(node string, demand int64) fleet.Grant {
-		resp, err := r.Sync(ctx, &fleet.Request{Node: node, Interval: 100 * time.Millisecond,
-			Keys: []fleet.Usage{{Key: "k", Limit: lim, Demand: demand}}})
-		require.NoError(t, err)
-		require.NoError(t, resp.Grants[0].Err)
-		return resp.Grants[0]
-	}
+	r := newSyncer(t, redistest.StartServer(t).DeadlineClient(t))
+	// sync1's Interval is a second: a window of ten takes slack, up to
+	// 200 of the 1,000 (slackOf).
+	lim := fleet.Limit{Limit: 1000, Window: 10 * time.Second}
 	lent := int64(0)
 	for i := range 16 {
-		g := sync(fmt.Sprint("n", i), 1)
+		g := sync1(t, r, fmt.Sprint("n", i), "k", lim, 0, 1)
 		assert.GreaterOrEqual(t, g.Lease, int64(1))
 		lent += g.Lease
 	}
 	assert.Greater(t, lent, int64(16), "slack was lent")
-	g := sync("late", 100)
+	g := sync1(t, r, "late", "k", lim, 0, 100)
 	assert.Equal(t, int64(100), g.Lease, "the demand, lent %d before", lent)
 	assert.GreaterOrEqual(t, g.Remaining, lim.Limit/4-100, "a quarter of the burst stays free of slack")
 }
