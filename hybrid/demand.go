@@ -99,7 +99,7 @@ func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
 		// limit the fleet has room, and a starved node keeps its leases.
 		h = min(l.cfg.Interval, k.policy().Window) + time.Duration(l.syncs.rtt)
 	}
-	d := max(ceil(k.rate*h.Seconds()*headroom), l.floor(k.policy(), k.nodes))
+	d := max(ceil(k.rate*h.Seconds()*headroom), l.floor(k.policy(), int(k.nodes)))
 	if !k.hasGrant.Load() && l.nodesHint.Load() > 1 {
 		// A new key's first sync in a fleet: the other nodes may have
 		// spent their starter credits (the floor while the fleet is not
@@ -109,7 +109,7 @@ func (l *Limiter) demand(k *keyState, now, consumed int64) int64 {
 		// for early if the lease runs low, asks for what it needs. (Two
 		// nodes, a burst of 100: the first to sync was leased the 50 the
 		// other's starter had already spent, and the key admitted 150.)
-		d = min(d, max(l.floor(k.policy(), k.nodes), l.starter(k.policy())-consumed))
+		d = min(d, max(l.floor(k.policy(), int(k.nodes)), l.starter(k.policy())-consumed))
 	}
 	if l.cfg.Shares == fleet.Equal {
 		if c := l.entitled(k, now, consumed); d > c {
@@ -155,7 +155,7 @@ func (l *Limiter) lowWater(k *keyState, lease int64) int64 {
 // as a token bucket of 1/N of the policy's rate and capacity: leases take
 // from it, what a lease left unspent comes back.
 func (l *Limiter) entitled(k *keyState, now, consumed int64) int64 {
-	n := l.nodesOr(k.nodes)
+	n := l.nodesOr(int(k.nodes))
 	capacity := max(1, float64(k.policy().capacity)/n)
 	if k.shareAt == 0 {
 		k.share = capacity

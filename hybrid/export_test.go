@@ -9,7 +9,7 @@ import (
 // NodesOf is how many active nodes key's last grant on l reported; 0 if
 // l does not track key or has had no grant for it.
 func NodesOf(l *Limiter, key string) int {
-	return ofKey(l, key, func(k *keyState) int { return k.nodes })
+	return ofKey(l, key, func(k *keyState) int { return int(k.nodes) })
 }
 
 // ofKey is f of key's state under the sync lock; zero if l does not

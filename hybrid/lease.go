@@ -84,7 +84,8 @@ type keyState struct {
 
 	shardUntil atomic.Int64 // Strict: when the fleet's mark that it is sharded runs out, as last heard
 
-	gen atomic.Uint32 // the policy table's generation the key was resolved in; 0: resolve it again
+	gen   atomic.Uint32 // the policy table's generation the key was resolved in; 0: resolve it again
+	nodes int32         // active nodes, from the last grant (sync loop; beside gen, where a 64-bit field would leave a hole)
 
 	// Sync loop state.
 	reported   [2]int64     // spent as of the last report each fleet took
@@ -115,7 +116,6 @@ type keyState struct {
 	requested   int64   // the demand sent with the last sync
 	share       float64 // Equal shares: tokens the node's share lets it lease
 	shareAt     int64   // when share was last refilled
-	nodes       int     // active nodes, from the last grant
 	lastSync    int64   // when the key was last synced
 	since       int64   // when its first grant came (see holdOf)
 	answeredAt  int64   // when the fleet last answered the key, or it was new

@@ -212,7 +212,7 @@ func (l *Limiter) heard(ctx context.Context, k *keyState, n int, left time.Durat
 // round trip between is all that leases taken from a shard between the
 // mark and the second charge can absorb.
 func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
-	n := min(l.cfg.HotKeyShards, k.nodes/4)
+	n := min(l.cfg.HotKeyShards, int(k.nodes)/4)
 	if n < 2 || !divisible(k.policy().limit, n) {
 		return
 	}

@@ -286,6 +286,10 @@ func (l *Limiter) refuse(k *keyState, now, n int64) (Decision, error) {
 	if k.floored.Load() == 1 && l.topUp(k, p) {
 		return l.decide(k, now, n)
 	}
+	if p.paced && now >= k.until.Load() && k.crossEdge(now) {
+		l.askEarly(k) // to report the credit, and lease in the new window
+		return l.decide(k, now, n)
+	}
 	k.refused.Add(uint64(n))
 	l.wake(k) // a refusal ends a rest (see rests)
 	pacing := p.paced && k.pace.pacing(now)

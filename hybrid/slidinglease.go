@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"math"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -57,12 +58,27 @@ import (
 // next grant. A take races a grant once per sync at most, for a few
 // nanoseconds, so what this refuses is nothing a user sees.
 
-// leasePace is a key's paced release, in keyState.
+// leasePace is a key's paced release and its edge credit, in keyState.
 type leasePace struct {
-	seq  atomic.Uint64 // odd while the sync loop installs a grant
+	seq  atomic.Uint64 // odd while the sync loop installs a grant, or a decision crosses the edge
 	end  atomic.Int64  // when the last paced token is released; 0 for no pace
 	rate atomic.Uint64 // tokens released per ns, as float64 bits
+	edge atomic.Uint64 // the edge credit (see crossEdge): what the key may spend past its lease's edge, or crossedBit | the word's spent when it did; 0 for none
 }
+
+// lock makes seq odd, once no decision holds it (crossEdge holds it for
+// a few stores, never across a call). Sync loop only.
+func (p *leasePace) lock() {
+	for {
+		if s := p.seq.Load(); s&1 == 0 && p.seq.CompareAndSwap(s, s+1) {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// unlock makes seq even again.
+func (p *leasePace) unlock() { p.seq.Add(1) }
 
 // pacedTries is how many times a take is tried while grants race it.
 const pacedTries = 4
@@ -128,10 +144,12 @@ func (k *keyState) takePaced(now, n int64) (left, unpaced int64, ok bool) {
 }
 
 // grantPaced installs a grant of lease, and paced released over pacedFor
-// from now, under the pace's seq (see above). Sync loop only.
-func (k *keyState) grantPaced(raw uint32, lease, paced int64, pacedFor time.Duration, now, low int64) {
+// from now, spendable until until, and the credit past it, under the
+// pace's seq (see above): a decision crossing the edge (crossEdge) sees
+// all of one grant or all of the next. Sync loop only.
+func (k *keyState) grantPaced(raw uint32, lease, paced int64, pacedFor time.Duration, now, low, until, credit int64) {
 	p := &k.pace
-	p.seq.Add(1)
+	p.lock()
 	k.grant(raw, lease+paced, low)
 	if paced > 0 && pacedFor > 0 {
 		p.rate.Store(math.Float64bits(float64(paced) / float64(pacedFor)))
@@ -140,7 +158,9 @@ func (k *keyState) grantPaced(raw uint32, lease, paced int64, pacedFor time.Dura
 		p.end.Store(0)
 		p.rate.Store(0)
 	}
-	p.seq.Add(1)
+	k.until.Store(until)
+	p.edge.Store(uint64(max(0, min(credit, maxAllowance))))
+	p.unlock()
 }
 
 // paced reports whether k's grants may be paced: a Hybrid sliding window
@@ -156,10 +176,11 @@ func (k *keyState) paced() bool {
 // which take unpaced. Sync loop only.
 func (k *keyState) endPace(now int64) {
 	p := &k.pace
-	if p.end.Load() == 0 {
+	if p.end.Load() == 0 && p.edge.Load() == 0 {
 		return
 	}
-	p.seq.Add(1)
+	p.lock()
+	p.edge.Store(0)
 	hidden := p.hidden(now)
 	for {
 		v := k.word.Load()
@@ -170,7 +191,7 @@ func (k *keyState) endPace(now int64) {
 	}
 	p.end.Store(0)
 	p.rate.Store(0)
-	p.seq.Add(1)
+	p.unlock()
 }
 
 // pacedOf is what of g's paced part k takes beside a lease of lease: none

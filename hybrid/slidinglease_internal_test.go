@@ -1,6 +1,7 @@
 package hybrid
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,14 +22,18 @@ func pacedKey() *keyState {
 
 // takeAll takes one at a time at now until the key refuses, and returns
 // how many it took.
-func takeAll(k *keyState, now int64) int64 {
-	n := int64(0)
-	for {
+func takeAll(k *keyState, now int64) int64 { return takeN(k, now, math.MaxInt64) }
+
+// takeN takes one at a time at now, up to n, and returns how many it
+// took.
+func takeN(k *keyState, now, n int64) int64 {
+	took := int64(0)
+	for ; took < n; took++ {
 		if _, _, ok := k.takePaced(now, 1); !ok {
-			return n
+			break
 		}
-		n++
 	}
+	return took
 }
 
 // TestPacedRelease checks that a paced lease's allowance is spendable as
@@ -39,7 +44,7 @@ func takeAll(k *keyState, now int64) int64 {
 func TestPacedRelease(t *testing.T) {
 	t.Parallel()
 	k := pacedKey()
-	k.grantPaced(0, 10, 100, 100*time.Nanosecond, 0, 0)
+	k.grantPaced(0, 10, 100, 100*time.Nanosecond, 0, 0, math.MaxInt64, 0)
 	assert.Equal(t, int64(10), takeAll(k, 0), "the lease at once")
 	assert.Equal(t, int64(50), takeAll(k, 50), "half the pace half way")
 	left, unpaced, ok := k.takePaced(50, 1)
@@ -52,14 +57,14 @@ func TestPacedRelease(t *testing.T) {
 	// 30 spent during the round trip: 10 of the lease, 20 of the pace.
 	k = pacedKey()
 	k.word.Store(uint64(30) << 32)
-	k.grantPaced(0, 10, 100, 100*time.Nanosecond, 0, 0)
+	k.grantPaced(0, 10, 100, 100*time.Nanosecond, 0, 0, math.MaxInt64, 0)
 	assert.Equal(t, int64(0), takeAll(k, 20), "the round trip spent what the pace released by now")
 	assert.Equal(t, int64(10), takeAll(k, 30))
 
 	k.give(5)
 	assert.Equal(t, int64(5), takeAll(k, 30), "a Cancel's give-back at once")
 
-	k.grantPaced(spentOf(k.word.Load()), 7, 0, 0, 30, 0)
+	k.grantPaced(spentOf(k.word.Load()), 7, 0, 0, 30, 0, math.MaxInt64, 0)
 	assert.Equal(t, int64(7), takeAll(k, 30), "no pace: the lease at once")
 	assert.False(t, k.pace.pacing(30))
 }
@@ -69,7 +74,7 @@ func TestPacedRelease(t *testing.T) {
 func TestEndPace(t *testing.T) {
 	t.Parallel()
 	k := pacedKey()
-	k.grantPaced(0, 10, 100, 100*time.Nanosecond, 0, 0)
+	k.grantPaced(0, 10, 100, 100*time.Nanosecond, 0, 0, math.MaxInt64, 0)
 	k.endPace(40)
 	assert.Equal(t, int64(50), allowanceOf(k.word.Load()), "the lease and what 40 ns released")
 	assert.False(t, k.pace.pacing(40))
@@ -109,9 +114,9 @@ func TestPacedTakesRaceGrants(t *testing.T) {
 	for i := 0; i < 20_000 || admitted.Load() < 1000 && time.Now().Before(deadline); i++ {
 		_, raw := k.markSpent()
 		if i%2 == 0 {
-			k.grantPaced(raw, 0, 1000, span, 0, 0)
+			k.grantPaced(raw, 0, 1000, span, 0, 0, math.MaxInt64, 0)
 		} else {
-			k.grantPaced(raw, 10, 0, 0, 0, 0)
+			k.grantPaced(raw, 10, 0, 0, 0, 0, math.MaxInt64, 0)
 		}
 	}
 	stop.Store(true)

@@ -122,6 +122,7 @@ func (l *Limiter) syncBatch(ctx context.Context, now int64, batch []*keyState, h
 	for _, k := range batch {
 		m := mark{refused: k.refused.Load()}
 		m.s0, m.raw = k.markSpent()
+		k.crossedAt(&m, len(l.fleets))
 		l.forecast(k, now, m)
 		k.roll(now, m.s0)
 		k.requested = 0
@@ -271,10 +272,16 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	if !closing && !k.capped && whole > 0 && (whole >= k.requested || l.cfg.Interval >= k.policy().Window) {
 		low = l.lowWater(k, whole)
 	}
+	until := l.leaseEdge(k.policy(), sent, whole, g)
 	if k.policy().paced && k.stripes.Load() == nil {
-		k.grantPaced(m.raw, lease, paced, g.PacedFor, now, low)
+		credit := int64(0)
+		if !closing && factor >= 1 {
+			credit = l.edgeCredit(k, whole, g)
+		}
+		k.grantPaced(m.raw, lease, paced, g.PacedFor, now, low, until, credit)
 	} else {
 		k.grant(m.raw, lease, low)
+		k.until.Store(until)
 	}
 	k.low.Store(low)
 	k.granted = m.s0
@@ -285,7 +292,7 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	}
 	k.lease, k.expires = whole, now+int64(g.TTL)
 	k.share -= float64(whole)
-	k.nodes = g.Nodes
+	k.nodes = int32(min(max(g.Nodes, 0), math.MaxInt32))
 	k.weightBits.Store(math.Float64bits(g.Weight))
 	if !k.hasGrant.Load() {
 		k.since = now
@@ -296,7 +303,6 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 	l.syncs.leased = max(l.syncs.leased, int64(g.Nodes))
 	k.fleetRemaining.Store(g.Remaining)
 	k.resetAt.Store(now + int64(g.ResetAfter))
-	k.until.Store(l.leaseEdge(k.policy(), sent, whole, g))
 	k.resetFallback()
 	if !closing && k.idle && lease == 0 && k.spent() == m.s0 && k.allReported(len(l.fleets), m.s0) {
 		l.forget(k)

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"bytes"
+	"fmt"
 	"runtime/debug"
 	"testing"
 	"time"
@@ -184,9 +185,10 @@ func TestUnderLimitIsARefusal(t *testing.T) {
 }
 
 // TestUnderLimitScenarios prints the under-limit refusals of the
-// scenarios the accuracy targets name (docs/tuning.md), on both
-// backends, 8 nodes, 100 ms syncs, the default seed. The target is at
-// most 0.01%, which both backends now meet in every one of them
+// scenarios the accuracy targets name (docs/tuning.md), and of four with
+// sliding windows, on both backends, 8 nodes, 100 ms syncs, the default
+// seed. The target is at most 0.01%, which both backends now meet in
+// every one of the first five
 // (before the new key's first sync came at once in the simulator, and
 // before gossip gave slack on a node's first sync of a key, 0.005-0.108%).
 // make test runs it without the race detector.
@@ -194,23 +196,38 @@ func TestUnderLimitIsARefusal(t *testing.T) {
 func TestUnderLimitScenarios(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("ten minute-long simulations")
+		t.Skip("eighteen minute-long simulations")
 	}
 	if raceEnabled() {
 		// Under the race detector zipf over gossip alone takes minutes;
 		// TestDeterministic runs every scenario under it already.
-		t.Skip("ten minute-long simulations: too slow under -race")
+		t.Skip("eighteen minute-long simulations: too slow under -race")
+	}
+	type row struct {
+		scenario string
+		alg      local.Algorithm
+		most     float64 // under-limit refusals allowed, % of the requests
+	}
+	rows := []row{
+		{"steady", local.TokenBucket, 0.01}, {"zipf", local.TokenBucket, 0.01}, {"hotkey", local.TokenBucket, 0.01},
+		{"bursts", local.TokenBucket, 0.01}, {"churn", local.TokenBucket, 0.01},
+		// A sliding window's lease lapses at its window's edge: keys far
+		// under their limits refused their first requests past it until
+		// the next sync, 3.2% of zipf's requests (gossip 3.1%) and 2.2%
+		// of hotkey's, before the edge credit (hybrid's edgecredit.go).
+		{"zipf", local.SlidingWindow, 0.01}, {"hotkey", local.SlidingWindow, 0.01},
+		{"steady", local.SlidingWindow, 0.01}, {"bursts", local.SlidingWindow, 0.05},
 	}
 	for _, backend := range sim.Backends {
-		for _, sc := range []string{"steady", "zipf", "hotkey", "bursts", "churn"} {
-			t.Run(backend+"/"+sc, func(t *testing.T) {
+		for _, tt := range rows {
+			t.Run(fmt.Sprintf("%s/%s/%v", backend, tt.scenario, tt.alg), func(t *testing.T) {
 				t.Parallel()
-				r, err := sim.Run(sim.Config{Scenario: sc, Backend: backend, Nodes: 8, Interval: 100 * time.Millisecond})
+				r, err := sim.Run(sim.Config{Scenario: tt.scenario, Backend: backend, Nodes: 8, Interval: 100 * time.Millisecond, Algorithm: tt.alg})
 				require.NoError(t, err)
-				t.Logf("%-6s %-6s under-limit refusals %7.3f%%, false rejection %7.3f%%, worst window %+7.3f%%, admitted %.2f%% of the ideal",
-					backend, sc, r.UnderLimit, r.FalseRejection, r.OvershootWorst, 100*float64(r.Admitted)/float64(max(1, r.Ideal)))
+				t.Logf("%-6s %-6s %v under-limit refusals %7.3f%%, false rejection %7.3f%%, worst window %+7.3f%%, admitted %.2f%% of the ideal",
+					backend, tt.scenario, tt.alg, r.UnderLimit, r.FalseRejection, r.OvershootWorst, 100*float64(r.Admitted)/float64(max(1, r.Ideal)))
 				assert.GreaterOrEqual(t, r.UnderLimit, 0.0)
-				assert.LessOrEqual(t, r.UnderLimit, 0.01, "under-limit refusals, % of the requests")
+				assert.LessOrEqual(t, r.UnderLimit, tt.most, "under-limit refusals, % of the requests")
 			})
 		}
 	}
