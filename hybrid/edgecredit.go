@@ -29,7 +29,7 @@ import (
 // bursts, which start at a window's edge, the fleet's windows ran 3.2% of
 // the limit over the ideal's.
 //
-// The credit is never more than the lapsed lease left, nor than what the
+// The credit is never more than what the
 // key would spend until the early sync's grant (its low-water mark: a
 // round trip and an early-sync gap of its forecast, a quarter of its lease
 // at least), nor than the node's equal part of what the grant left free
@@ -56,8 +56,7 @@ func (l *Limiter) edgeCredit(k *keyState, whole int64, g *fleet.Grant) int64 {
 
 // crossEdge lends k, whose lease lapsed at its window's edge by now, its
 // edge credit (see above), at most once a grant: the word's allowance
-// becomes the credit, or what is left if less, spendable until the next
-// edge, and the pace ends. It reports whether it did, so that the
+// becomes the credit, spendable until the next edge, and the pace ends. It reports whether it did, so that the
 // decision is taken again. It holds the pace's seq for a few stores, as
 // the sync loop does to install a grant, so that the two never mix.
 func (k *keyState) crossEdge(now int64) bool {
@@ -89,6 +88,9 @@ func (k *keyState) crossEdge(now int64) bool {
 	}
 	return false
 }
+
+// crossed reports whether the key crossed its edge since its last grant.
+func (p *leasePace) crossed() bool { return p.edge.Load()&crossedBit != 0 }
 
 // crossedAt moves m, a sync's marks of k, back to k's edge crossing, if
 // k crossed since its last grant and m was read after: the sync then

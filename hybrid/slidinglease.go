@@ -176,11 +176,13 @@ func (k *keyState) paced() bool {
 // which take unpaced. Sync loop only.
 func (k *keyState) endPace(now int64) {
 	p := &k.pace
-	if p.end.Load() == 0 && p.edge.Load() == 0 {
+	if p.end.Load() == 0 && (p.edge.Load() == 0 || p.crossed()) {
 		return
 	}
 	p.lock()
-	p.edge.Store(0)
+	if !p.crossed() {
+		p.edge.Store(0) // a crossing's mark stays for the next sync's marks (crossedAt)
+	}
 	hidden := p.hidden(now)
 	for {
 		v := k.word.Load()
