@@ -249,7 +249,9 @@ func TestCorruptSeriesFields(t *testing.T) {
 }
 
 // TestCorruptReserve: a reserve (p:<node>) holding what no script
-// writes, the node's own or a silent node's, fails the key as corrupt.
+// writes, the node's own or a silent node's, or what a sliding window
+// reckoned of a silent node's (q:<node>), fails the key as corrupt, by
+// either algorithm.
 func TestCorruptReserve(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartServer(t)
@@ -257,18 +259,19 @@ func TestCorruptReserve(t *testing.T) {
 	r := newSyncer(t, s.DeadlineClient(t))
 	ctx := context.Background()
 	now := redisNow(t, c).UnixMicro()
-	lim := fleet.Limit{Limit: 100, Window: time.Minute}
-	for i, v := range append(garbage[:len(garbage):len(garbage)], "-1") {
-		for j, f := range []string{"p:n", "p:other"} {
-			key := fmt.Sprintf("reserve-corrupt-%d-%d", i, j)
-			silent := fmt.Sprint(now - int64(time.Minute/time.Microsecond)) // stale, within keep
-			require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", key, "lease"),
-				"s:other", silent, "d:other", "5", f, v).Err())
-			resp, err := r.Sync(ctx, &fleet.Request{Node: "n", Interval: time.Second, Fallback: []partition.Step{{Until: time.Hour, Factor: 1}},
-				Keys: []fleet.Usage{{Key: key, Limit: lim, Consumed: 10, Demand: 10}}})
-			require.NoError(t, err)
-			g := resp.Grants[0]
-			wantCorrupt(t, g.Err, g.Lease > 0, fmt.Sprintf("%s=%q", f, v))
+	for _, lim := range []fleet.Limit{{Limit: 100, Window: time.Minute}, {Algorithm: local.SlidingWindow, Limit: 100, Window: time.Minute}} {
+		for i, v := range append(garbage[:len(garbage):len(garbage)], "-1") {
+			for j, f := range []string{"p:n", "p:other", "q:other"} {
+				key := fmt.Sprintf("reserve-corrupt-%v-%d-%d", lim.Algorithm, i, j)
+				silent := fmt.Sprint(now - int64(time.Minute/time.Microsecond)) // stale, within keep
+				require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", key, "lease"),
+					"s:other", silent, "d:other", "5", f, v).Err())
+				resp, err := r.Sync(ctx, &fleet.Request{Node: "n", Interval: time.Second, Fallback: []partition.Step{{Until: time.Hour, Factor: 1}},
+					Keys: []fleet.Usage{{Key: key, Limit: lim, Consumed: 10, Demand: 10}}})
+				require.NoError(t, err)
+				g := resp.Grants[0]
+				wantCorrupt(t, g.Err, g.Lease > 0, fmt.Sprintf("%v %s=%q", lim.Algorithm, f, v))
+			}
 		}
 	}
 }

@@ -39,8 +39,7 @@ end
 -- heardAt is when Redis last heard node n, on any key, as alive holds
 -- it: the fleet's sorted set of nodes by when a lease batch of theirs
 -- last ran ('' where there is none: a Cluster, whose scripts reach the
--- keys of their slot alone; and '' for a sliding window, which reserves
--- for no one); 0 if not known. A node Redis hears is not on its
+-- keys of their slot alone); 0 if not known. A node Redis hears is not on its
 -- fallback ladder: a key it leaves unsynced (its rounds too long for its
 -- keys, or the key idle) it spends at most the lease it holds, which a
 -- scan counts out until the node reports, rather than reserving for it
@@ -57,19 +56,27 @@ local function heardAt(alive, n, now)
   return t
 end
 
+-- quietNode is the entry scan lists for silent node n, as h holds its
+-- fields: seen when last heard, d its demand then, p what was charged
+-- for it so far, q what was reckoned (see reserve).
+local function quietNode(h, n, seen, d)
+  return {n = n, seen = seen, d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0, q = stored(h['q:' .. n], 'q:' .. n, 0) or 0}
+end
+
 -- scan reads every node recorded on key (h, from readState) but node,
 -- and returns the active ones' total demand, their count, their live
 -- token-bucket leases (and those of nodes heard on other keys, see
 -- heardAt) and their resting leases, by counted at now; the silent
 -- ones: not heard from for stale µs, on this key or any other,
--- demanding something when last heard; and until when all that holds
+-- demanding something when last heard (and, as recent, when an active
+-- one last leased the key); and until when all that holds
 -- (see nextOf and fleetOf). A node resting the key (its lease granted
 -- for longer) is active, and its lease live, until the lease lapses,
 -- and quiet from then on, not from its last sync. A node quiet for more
 -- than keep µs, on this key and (heardAt) every other, is forgotten:
 -- its fields are deleted.
 local function scan(h, key, node, now, stale, keep, interval, alive, hot)
-  local total, count, out, resting, silent, e = 0, 0, 0, 0, {}, now + maxHold * interval
+  local total, count, out, resting, silent, e = 0, 0, 0, 0, {recent = 0}, now + maxHold * interval
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
       local n = string.sub(f, 3)
@@ -93,14 +100,15 @@ local function scan(h, key, node, now, stale, keep, interval, alive, hot)
         -- set of the nodes it hears, a Cluster: there the lapse.)
         local cut = rests and hot and at > 0 and not hears
         if now - last > keep then
-          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 't:' .. n)
+          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 'q:' .. n, 't:' .. n)
         elseif cut then
           e = math.min(e, now + interval) -- reserved for an interval ahead
           out = out + l
-          if d > 0 then silent[#silent + 1] = {n = n, seen = math.max(seen, at), d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0} end
+          if d > 0 then silent[#silent + 1] = quietNode(h, n, math.max(seen, at), d) end
         elseif active then
           count = count + 1
           total = total + d
+          silent.recent = math.max(silent.recent, seen)
           -- A lease no longer live is still out while its node is
           -- heard: a token bucket's lease is spendable until spent.
           if live or hears then out = out + l end -- (live: g a time, so l is as read)
@@ -116,7 +124,7 @@ local function scan(h, key, node, now, stale, keep, interval, alive, hot)
             -- then, not from its lease's lapse.
             local from = last
             if at > 0 then from = math.max(seen, at) end
-            silent[#silent + 1] = {n = n, seen = from, d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0}
+            silent[#silent + 1] = quietNode(h, n, from, d)
           end
         end
       end

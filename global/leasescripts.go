@@ -50,7 +50,7 @@ end
 -- fleetOf), one HMGET whose cost does not grow with the nodes on the key.
 local function readOwn(key, node)
   local f = {'tokens', 'ts', 'b', 'x', 'w', 'cur', 'prev', 'aT', 'aI', 'aD', 'aN', 'aO', 'aR', 'aE', 'aX',
-    's:' .. node, 'd:' .. node, 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node, 'p:' .. node, 't:' .. node}
+    's:' .. node, 'd:' .. node, 'l:' .. node, 'g:' .. node, 'k:' .. node, 'c:' .. node, 'p:' .. node, 'q:' .. node, 't:' .. node}
   local v = redis.call('HMGET', key, unpack(f))
   local h, n = {}, 0
   for i = 1, #f do
@@ -112,7 +112,16 @@ end
 -- simulator's partition's worst window went from 7.5% to 9.2% over the
 -- limit). What was charged is kept in p:<node>, settled when the node
 -- reports again. It returns what it charged now.
-local function reserve(key, silent, total, count, equal, rate, interval, now, steps)
+--
+-- quiet (a sliding window's) says no node but the silent ones leased the
+-- key within the stale horizon: nobody took from it beside them, so
+-- what they may have spent until now is reckoned (q:<node>) but not
+-- charged, and counts when they report it. A window charged it all at
+-- the first lease after an outage of the whole fleet, in the window of
+-- that lease: up to the silent nodes' shares of the whole outage, never
+-- given back (a counted key on real Redis, TestRedisOutage: 17,169
+-- counted for 4,794 admitted).
+local function reserve(key, silent, total, count, equal, rate, interval, now, steps, quiet)
   local sd = 0
   for _, s in ipairs(silent) do sd = sd + s.d end
   local charged = 0
@@ -120,9 +129,18 @@ local function reserve(key, silent, total, count, equal, rate, interval, now, st
     local w = s.d / (total + sd)
     if equal then w = 1 / (count + #silent) end
     local want = rate * w * spentBy(now - s.seen, steps)
-    if want > s.p then
-      charged = charged + (want - s.p)
-      redis.call('HSET', key, 'p:' .. s.n, want)
+    local base = math.max(s.p, s.q)
+    if want > base then
+      if quiet then
+        redis.call('HSET', key, 'q:' .. s.n, want)
+      else
+        charged = charged + (want - base)
+        if s.q > 0 then
+          redis.call('HSET', key, 'p:' .. s.n, s.p + want - base, 'q:' .. s.n, want)
+        else
+          redis.call('HSET', key, 'p:' .. s.n, want)
+        end
+      end
     end
   end
   return charged
@@ -310,7 +328,7 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   local a, silent = fleetOf(key, h, read, node, now, stale, keep, interval, alive, hot)
   local total, count, out = a.D + demand, a.N + 1, a.O
   tokens = math.min(tokens, burst - out)
-  tokens = tokens - reserve(key, silent, total, count, equal, rate, interval, now, steps)
+  tokens = tokens - reserve(key, silent, total, count, equal, rate, interval, now, steps, false)
   local weight = share(demand, total, count, equal)
   local lease = grantFrom(tokens, demand, weight, burst, count, most)
   tokens = clampN(tokens - lease)
@@ -375,10 +393,19 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   if marked then return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft, 0, 0} end
   local w = math.floor(now / window)
   local h, read = readOwn(key, node)
-  local st = {h['w'], h['cur'], h['prev'], h['l:' .. node], h['g:' .. node], h['k:' .. node], h['c:' .. node]}
+  local st = {h['w'], h['cur'], h['prev'], h['l:' .. node], h['g:' .. node], h['k:' .. node], h['c:' .. node], h['p:' .. node]}
   local cur, prevc = roll(w, st)
+  local k = whole(st[6], 'k:' .. node, 1)
   local series, upto, behind
-  consumed, series, upto, behind = once(consumed, rseries, rtotal, whole(st[6], 'k:' .. node, 1), whole(st[7], 'c:' .. node, 0))
+  consumed, series, upto, behind = once(consumed, rseries, rtotal, k, whole(st[7], 'c:' .. node, 0))
+  -- Back from silence, as the token bucket: what was reserved for the
+  -- node was counted as spent, in the windows it was reserved in; what
+  -- it reports is counted only beyond that.
+  local reserved = stored(st[8], 'p:' .. node, 0)
+  local settled = reserved and not behind
+  if settled and not (series and k and k ~= series) then
+    consumed = math.max(0, consumed - reserved)
+  end
 
   local prev = stored(st[4], 'l:' .. node, 0) or 0
   local lw = stored(st[5], 'g:' .. node, 0) or w
@@ -397,13 +424,25 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
     cur = cur + (consumed - prev)
   end
 
+  -- The nodes Redis no longer hears spend on their ladders: what they
+  -- may is counted in the window, as the token bucket charges it to its
+  -- bucket (see reserve). Before, the side Redis heard took the whole
+  -- limit beside them: 1,466 a second against 1,000 on real Redis with
+  -- half the fleet cut off (TestPartialCutOverRedis), the simulator's
+  -- partition 48.7% over in its worst window. No lease rests on a
+  -- sliding window, so no node is cut off resting (hot is false).
+  local grace = steps[#steps - 1] or 0
+  local keep = math.max(stale + math.min(window, 100 * interval), grace + 2 * interval)
+  local a, silent = fleetOf(key, h, read, node, now, stale, keep, interval, alive, false)
+  local total, count = a.D + demand, a.N + 1
+  local quiet = math.max(silent.recent or 0, stored(h['s:' .. node], 's:' .. node, 0) or 0) < now - stale
+  cur = clampN(cur + reserve(key, silent, total, count, equal, limit / window, interval, now, steps, quiet))
+
   local elapsed = now - w * window
   local est = estimate(cur, prevc, window, elapsed)
   local avail = limit - est
   if avail < 0 then avail = 0 end
 
-  local a = fleetOf(key, h, read, node, now, stale, stale + math.min(window, 100 * interval), interval, '', false) -- reserves nothing: no need to ask who is heard
-  local total, count = a.D + demand, a.N + 1
   local weight = share(demand, total, count, equal)
   local most = slackOf(limit, window, interval)
   local lease = grantFrom(avail, demand, weight, limit, count, most)
@@ -425,6 +464,7 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
   end
   cur = clampN(cur + lease + ahead)
 
+  if not behind and (reserved or h['q:' .. node]) then redis.call('HDEL', key, 'p:' .. node, 'q:' .. node) end
   writeState(h, key, now, ttl, ttl, aggregated({'w', w, 'cur', cur, 'prev', prevc,
     'l:' .. node, lease + ahead + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now}, a, demand, 0, 0, now + stale), node, series, upto)
 

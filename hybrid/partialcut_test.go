@@ -11,6 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/testkit/faultnet"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/fleettest"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestPartialCutOverRedis cuts two of four nodes off a real Redis (a
@@ -20,8 +21,18 @@ import (
 // reserved for them, so the nodes it still hears do not take the whole
 // limit meanwhile. Before it did, the fleet admitted half again the limit
 // (the simulator's partition scenario: 53% over in the worst window).
+// A sliding window reserved nothing until 2026-11-28: 1,466/s.
 func TestPartialCutOverRedis(t *testing.T) {
 	t.Parallel()
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			partialCut(t, alg)
+		})
+	}
+}
+
+func partialCut(t *testing.T, alg local.Algorithm) {
 	const (
 		limit    = 1000
 		perNode  = 500 // twice the limit in all
@@ -31,7 +42,7 @@ func TestPartialCutOverRedis(t *testing.T) {
 		run      = cutAt + cutFor
 	)
 	srv := redistest.StartServer(t)
-	p := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second}
+	p := hybrid.Policy{Name: "api", Algorithm: alg, Limit: limit, Window: time.Second}
 	var proxies []*faultnet.Proxy
 	nodes := fleettest.Limiters(t, 4, func(i int) hybrid.Config {
 		addr := srv.Addr
@@ -59,7 +70,7 @@ func TestPartialCutOverRedis(t *testing.T) {
 	admitted := r.AdmittedBetween(from, to)
 	perSec := float64(admitted) / (to - from).Seconds()
 	cutSide := float64(r.AdmittedBetween(from, to, 2, 3)) / (to - from).Seconds()
-	t.Logf("cut off for %v: the fleet admitted %.0f/s against %d/s (the cut-off side %.0f/s)", cutFor, perSec, limit, cutSide)
+	t.Logf("%v, cut off for %v: the fleet admitted %.0f/s against %d/s (the cut-off side %.0f/s)", alg, cutFor, perSec, limit, cutSide)
 	assert.LessOrEqual(t, perSec, limit*1.10, "the reachable side leaves the cut side's share")
 	assert.GreaterOrEqual(t, perSec, limit*0.85, "and takes the rest")
 	assert.Greater(t, cutSide, limit*0.3, "the cut side spends its share")

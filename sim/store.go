@@ -46,79 +46,6 @@ type lease struct {
 	agg    aggregate
 }
 
-// aggregate is the scripts' aggregate of the nodes on a key (see
-// fleetOf in global): the nodes as a scan found them at t, by interval
-// iv and stale horizon st, with each lease since in place of its node's
-// last.
-type aggregate struct {
-	ok        bool // written: a lease before it scans
-	t, iv, st int64
-	e         int64 // until when it holds (the scripts' aE)
-	demand    float64
-	nodes     int
-	out       float64 // live leases (token bucket)
-	resting   float64 // those of them granted to rest on
-}
-
-// counted is the scripts' counted: whether o was active at t by
-// interval iv and stale horizon st, its token-bucket lease live then
-// (a sliding window's granted is a window number: never live), and
-// resting.
-func (o *nodeLease) counted(t, st, iv int64) (active, live, rests bool) {
-	rest := o.restsUntil(iv)
-	active = t-o.seen <= st || t <= rest
-	live = active && (t <= rest || o.granted >= t-2*iv)
-	return active, live, t <= rest
-}
-
-// next is the scripts' nextOf: when what counted says of active o at
-// t next changes.
-func (o *nodeLease) next(t, st, iv int64) int64 {
-	if rest := o.restsUntil(iv); t <= rest {
-		return rest
-	}
-	e := o.seen + st
-	if o.granted >= t-2*iv {
-		e = min(e, o.granted+2*iv)
-	}
-	return e
-}
-
-type nodeLease struct {
-	lease    float64
-	granted  int64 // µs (token bucket) or window number (sliding window)
-	demand   float64
-	seen     int64 // µs
-	series   uint64
-	total    float64 // the most Total has been in series
-	reserved float64 // charged for it while silent (token bucket)
-	ttl      int64   // how long its lease stands if granted to rest on, µs (token bucket); 0 if not
-}
-
-// restsUntil is the scripts' restsUntil: until when o's token-bucket
-// lease stands, if granted for longer than two intervals; 0 if not.
-func (o *nodeLease) restsUntil(interval int64) int64 {
-	if o.ttl <= 0 {
-		return 0
-	}
-	return o.granted + min(o.ttl, istore.MaxRest(interval))
-}
-
-// spentBy is the scripts' spentBy: what a node cut off for e µs may
-// have spent on the finite fallback steps, in µs of its share.
-func spentBy(e int64, steps []partition.Step) float64 {
-	sum, from := 0.0, int64(0)
-	for _, st := range steps {
-		if st.Until == 0 || e <= from {
-			break
-		}
-		until := st.Until.Microseconds()
-		sum += st.Factor * float64(min(e, until)-from)
-		from = until
-	}
-	return sum
-}
-
 // syncer is one node's view of the store.
 type syncer struct {
 	s    *store
@@ -218,7 +145,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	stale := 3 * interval
 	keep := stale + min(lim.Window.Microseconds(), 100*interval)
 	tb := lim.Algorithm == local.TokenBucket
-	if n := len(fallback); tb && n > 0 {
+	if n := len(fallback); n > 0 {
 		grace := fallback[n-1].Until
 		if grace == 0 && n > 1 {
 			grace = fallback[n-2].Until
@@ -232,6 +159,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		last int64 // when last heard, on this key (its lease standing) or another
 	}
 	var silent []quiet
+	recent := int64(0) // when an active node last leased the key, at a scan
 	a := &st.agg
 	rate := float64(lim.Limit) / window
 	hot := false // more than a quarter of the burst spent, by the bucket and the leases out as the aggregate last held them
@@ -265,7 +193,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 				l = 0
 			}
 			var at int64 // when heard on any key (token buckets only: a sliding window asks no one); 0 if not known
-			if t, ok := heard[n]; tb && ok && t <= now && (!active && (o.demand > 0 || l > 0) || active && !live && l > 0 || rests && hot) {
+			if t, ok := heard[n]; ok && t <= now && (!active && (o.demand > 0 || l > 0) || active && !live && l > 0 || rests && hot) {
 				at = t
 			}
 			hears := at >= now-stale
@@ -287,7 +215,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 					a.e = min(a.e, now+interval)
 					if hears {
 						a.out += l // spends only its lease, out until it reports
-					} else if tb && o.demand > 0 {
+					} else if o.demand > 0 {
 						from := last // reserved for from when last heard, if known (the scripts' scan)
 						if at > 0 {
 							from = max(o.seen, at)
@@ -298,6 +226,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 				continue
 			}
 			a.e = min(a.e, o.next(now, stale, interval))
+			recent = max(recent, o.seen)
 			a.nodes++
 			a.demand += o.demand
 			if live || hears {
@@ -337,6 +266,44 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		return g
 	}
 
+	// settle: back from silence, a node is charged only beyond its reserve.
+	settle := func() {
+		if me.reserved > 0 && !behind {
+			if !restarted {
+				consumed = max(0, consumed-me.reserved)
+			}
+			me.reserved = 0
+		}
+		if !behind {
+			me.reckoned = 0
+		}
+	}
+	// reserve is what the silent nodes may spend on their ladders from an
+	// interval after they were last heard until the next scan, an interval
+	// on, beyond what was reserved for them already, as the script's.
+	reserve := func(quiet bool) float64 {
+		sd, charged := 0.0, 0.0
+		for _, o := range silent {
+			sd += o.demand
+		}
+		for _, o := range silent {
+			w := o.demand / (total + sd)
+			if equal {
+				w = 1 / float64(count+len(silent))
+			}
+			want, base := rate*w*spentBy(now-o.last, fallback), max(o.reserved, o.reckoned)
+			switch {
+			case want <= base:
+			case quiet:
+				o.reckoned = want
+			default:
+				charged += want - base
+				o.reserved += want - base
+				o.reckoned = max(o.reckoned, want)
+			}
+		}
+		return charged
+	}
 	g := fleet.Grant{TTL: time.Duration(2*interval) * time.Microsecond, Nodes: count, Weight: math.Floor(weight*1e6) / 1e6}
 	if lim.Algorithm == local.TokenBucket {
 		if math.IsNaN(st.tokens) {
@@ -345,12 +312,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		if now > st.ts {
 			st.tokens = min(burst, st.tokens+float64(now-st.ts)*rate)
 		}
-		if me.reserved > 0 && !behind { // back from silence: charged only beyond the reserve
-			if !restarted {
-				consumed = max(0, consumed-me.reserved)
-			}
-			me.reserved = 0
-		}
+		settle()
 		carry := 0.0
 		restUntil := me.restsUntil(interval)
 		live := now-me.granted <= 2*interval || (!otherSeries && now <= restUntil)
@@ -366,20 +328,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			st.tokens -= consumed - prev
 		}
 		st.tokens = min(st.tokens, burst-out) // live leases are not in the bucket
-		sd := 0.0
-		for _, o := range silent {
-			sd += o.demand
-		}
-		for _, o := range silent { // reserve, as the script does
-			w := o.demand / (total + sd)
-			if equal {
-				w = 1 / float64(count+len(silent))
-			}
-			if want := rate * w * spentBy(now-o.last, fallback); want > o.reserved { // until the next scan, an interval on
-				st.tokens -= want - o.reserved
-				o.reserved = want
-			}
-		}
+		st.tokens -= reserve(false)
 		l := grantFrom(st.tokens, burst)
 		st.tokens -= l
 		st.ts = now
@@ -418,6 +367,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			lw = w
 		}
 		st.w = w
+		settle()
 		carry := 0.0
 		if behind {
 			if lw == w {
@@ -433,6 +383,8 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		} else {
 			st.cur += consumed - prev
 		}
+		// Counted in the window unless the key was quiet, as the script does.
+		st.cur += reserve(max(recent, me.seen) < now-stale)
 		estimate := func(at float64) float64 { // at: µs into window w
 			return math.Ceil(st.prev*(window-at)/window) + st.cur
 		}
