@@ -104,8 +104,8 @@ type Request struct {
 	// the silent one spends its part; the reserve is settled against what
 	// the node reports when it is back. The last step, which lasts for
 	// ever, is not reserved: a node that died is given up at the end of
-	// the others. Nil reserves nothing. (Redis reserves for token
-	// buckets; see docs/partitions.md.)
+	// the others. Nil reserves nothing. (Redis reserves for token buckets
+	// and sliding windows alike; see docs/partitions.md.)
 	Fallback []partition.Step
 }
 

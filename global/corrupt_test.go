@@ -274,6 +274,17 @@ func TestCorruptReserve(t *testing.T) {
 			}
 		}
 	}
+	// The window of a sliding window's first charge (pw:<node>), read
+	// when the node is back to settle its reserve.
+	lim := fleet.Limit{Algorithm: local.SlidingWindow, Limit: 100, Window: time.Minute}
+	for i, v := range garbage {
+		key := fmt.Sprintf("reserve-window-corrupt-%d", i)
+		require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", key, "lease"), "p:n", "5", "pw:n", v).Err())
+		resp, err := r.Sync(ctx, &fleet.Request{Node: "n", Interval: time.Second, Keys: []fleet.Usage{{Key: key, Limit: lim, Consumed: 1, Demand: 10}}})
+		require.NoError(t, err)
+		g := resp.Grants[0]
+		wantCorrupt(t, g.Err, g.Lease > 0, fmt.Sprintf("pw:n=%q", v))
+	}
 }
 
 // TestStrictStateOfAnotherType: a strict key's state or shard mark of

@@ -58,7 +58,7 @@ end
 
 -- quietNode is the entry scan lists for silent node n, as h holds its
 -- fields: seen when last heard, d its demand then, p what was charged
--- for it so far, q what was reckoned (see reserve).
+-- for it so far, q what was charged or reckoned (see reserve).
 local function quietNode(h, n, seen, d)
   return {n = n, seen = seen, d = d, p = stored(h['p:' .. n], 'p:' .. n, 0) or 0, q = stored(h['q:' .. n], 'q:' .. n, 0) or 0}
 end
@@ -68,15 +68,14 @@ end
 -- token-bucket leases (and those of nodes heard on other keys, see
 -- heardAt) and their resting leases, by counted at now; the silent
 -- ones: not heard from for stale µs, on this key or any other,
--- demanding something when last heard (and, as recent, when an active
--- one last leased the key); and until when all that holds
+-- demanding something when last heard; and until when all that holds
 -- (see nextOf and fleetOf). A node resting the key (its lease granted
 -- for longer) is active, and its lease live, until the lease lapses,
 -- and quiet from then on, not from its last sync. A node quiet for more
 -- than keep µs, on this key and (heardAt) every other, is forgotten:
 -- its fields are deleted.
 local function scan(h, key, node, now, stale, keep, interval, alive, hot)
-  local total, count, out, resting, silent, e = 0, 0, 0, 0, {recent = 0}, now + maxHold * interval
+  local total, count, out, resting, silent, e = 0, 0, 0, 0, {}, now + maxHold * interval
   for f, v in pairs(h) do
     if string.sub(f, 1, 2) == 's:' then
       local n = string.sub(f, 3)
@@ -100,7 +99,7 @@ local function scan(h, key, node, now, stale, keep, interval, alive, hot)
         -- set of the nodes it hears, a Cluster: there the lapse.)
         local cut = rests and hot and at > 0 and not hears
         if now - last > keep then
-          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 'q:' .. n, 't:' .. n)
+          redis.call('HDEL', key, 's:' .. n, 'd:' .. n, 'l:' .. n, 'g:' .. n, 'k:' .. n, 'c:' .. n, 'p:' .. n, 'q:' .. n, 'pw:' .. n, 't:' .. n)
         elseif cut then
           e = math.min(e, now + interval) -- reserved for an interval ahead
           out = out + l
@@ -108,7 +107,6 @@ local function scan(h, key, node, now, stale, keep, interval, alive, hot)
         elseif active then
           count = count + 1
           total = total + d
-          silent.recent = math.max(silent.recent, seen)
           -- A lease no longer live is still out while its node is
           -- heard: a token bucket's lease is spendable until spent.
           if live or hears then out = out + l end -- (live: g a time, so l is as read)

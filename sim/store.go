@@ -159,7 +159,6 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		last int64 // when last heard, on this key (its lease standing) or another
 	}
 	var silent []quiet
-	recent := int64(0) // when an active node last leased the key, at a scan
 	a := &st.agg
 	rate := float64(lim.Limit) / window
 	hot := false // more than a quarter of the burst spent, by the bucket and the leases out as the aggregate last held them
@@ -192,7 +191,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			if o.granted*1000 <= now { // a sliding window's (granted a window number): counted in its window, never out
 				l = 0
 			}
-			var at int64 // when heard on any key (token buckets only: a sliding window asks no one); 0 if not known
+			var at int64 // when heard on any key; 0 if not known
 			if t, ok := heard[n]; ok && t <= now && (!active && (o.demand > 0 || l > 0) || active && !live && l > 0 || rests && hot) {
 				at = t
 			}
@@ -226,7 +225,6 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 				continue
 			}
 			a.e = min(a.e, o.next(now, stale, interval))
-			recent = max(recent, o.seen)
 			a.nodes++
 			a.demand += o.demand
 			if live || hears {
@@ -266,22 +264,36 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		return g
 	}
 
-	// settle: back from silence, a node is charged only beyond its reserve.
-	settle := func() {
+	// settle: back from silence, a node is charged only beyond its
+	// reserve; a sliding window's, reserved in window wstart alone, gets
+	// back what it did not spend (refund, out of the window's count), as
+	// the scripts do. wstart is -1 for a token bucket.
+	settle := func(wstart int64) (refund float64) {
 		if me.reserved > 0 && !behind {
-			if !restarted {
+			switch {
+			case restarted:
+			case wstart < 0:
 				consumed = max(0, consumed-me.reserved)
+			default: // what it spent past its lease against the reserve, as the script
+				beyond := max(0, consumed-prev)
+				if beyond < me.reserved && me.firstAt == wstart {
+					refund = me.reserved - beyond
+				}
+				consumed -= min(beyond, me.reserved)
 			}
 			me.reserved = 0
 		}
 		if !behind {
-			me.reckoned = 0
+			me.reckoned, me.firstAt = 0, 0
 		}
+		return refund
 	}
 	// reserve is what the silent nodes may spend on their ladders from an
 	// interval after they were last heard until the next scan, an interval
-	// on, beyond what was reserved for them already, as the script's.
-	reserve := func(quiet bool) float64 {
+	// on, beyond what was reserved for them already, as the script's; for
+	// a sliding window (wstart, when its window began; -1 for a token
+	// bucket), only since the previous window began, in whole tokens.
+	reserve := func(wstart int64, window float64) float64 {
 		sd, charged := 0.0, 0.0
 		for _, o := range silent {
 			sd += o.demand
@@ -291,16 +303,26 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			if equal {
 				w = 1 / float64(count+len(silent))
 			}
-			want, base := rate*w*spentBy(now-o.last, fallback), max(o.reserved, o.reckoned)
-			switch {
-			case want <= base:
-			case quiet:
-				o.reckoned = want
-			default:
-				charged += want - base
-				o.reserved += want - base
-				o.reckoned = max(o.reckoned, want)
+			want := rate * w * spentBy(now-o.last, fallback)
+			if wstart < 0 {
+				if want > o.reserved {
+					charged += want - o.reserved
+					o.reserved = want
+				}
+				continue
 			}
+			want, from := math.Floor(want), 0.0
+			if t := wstart - int64(window); t > o.last {
+				from = math.Floor(rate * w * spentBy(t-o.last, fallback))
+			}
+			if base := max(o.reckoned, from); want > base {
+				charged += want - base
+				if o.reserved == 0 {
+					o.firstAt = wstart
+				}
+				o.reserved += want - base
+			}
+			o.reckoned = max(o.reckoned, want)
 		}
 		return charged
 	}
@@ -312,7 +334,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		if now > st.ts {
 			st.tokens = min(burst, st.tokens+float64(now-st.ts)*rate)
 		}
-		settle()
+		settle(-1)
 		carry := 0.0
 		restUntil := me.restsUntil(interval)
 		live := now-me.granted <= 2*interval || (!otherSeries && now <= restUntil)
@@ -328,7 +350,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			st.tokens -= consumed - prev
 		}
 		st.tokens = min(st.tokens, burst-out) // live leases are not in the bucket
-		st.tokens -= reserve(false)
+		st.tokens -= reserve(-1, 0)
 		l := grantFrom(st.tokens, burst)
 		st.tokens -= l
 		st.ts = now
@@ -367,7 +389,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			lw = w
 		}
 		st.w = w
-		settle()
+		st.cur = max(0, st.cur-settle(w*int64(window)))
 		carry := 0.0
 		if behind {
 			if lw == w {
@@ -383,9 +405,8 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		} else {
 			st.cur += consumed - prev
 		}
-		// Counted in the window unless the key was quiet, as the script does.
-		st.cur += reserve(max(recent, me.seen) < now-stale)
-		estimate := func(at float64) float64 { // at: µs into window w
+		st.cur += reserve(w*int64(window), window) // counted in the window, as the script does
+		estimate := func(at float64) float64 {     // at: µs into window w
 			return math.Ceil(st.prev*(window-at)/window) + st.cur
 		}
 		est := estimate(float64(now) - float64(w)*window)

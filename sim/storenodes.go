@@ -51,7 +51,8 @@ type nodeLease struct {
 	series   uint64
 	total    float64 // the most Total has been in series
 	reserved float64 // charged for it while silent
-	reckoned float64 // reckoned for it while silent, charged or not (sliding window: see the scripts' reserve)
+	reckoned float64 // charged or reckoned for it while silent (sliding window: see the scripts' reserve)
+	firstAt  int64   // when the window of its first charge began (sliding window)
 	ttl      int64   // how long its lease stands if granted to rest on, µs (token bucket); 0 if not
 }
 
