@@ -208,7 +208,9 @@ func TestEnvoyLimitOverride(t *testing.T) {
 	assert.Equal(t, ".", answers(t, c, &rlspb.RateLimitRequest{Domain: "messaging", Descriptors: []*commonpb.RateLimitDescriptor{desc("to_number=1")}}, 1),
 		"without the override: the configuration's limit, its own state")
 	assert.Equal(t, "x", answers(t, c, override(0, typepb.RateLimitUnit_SECOND, 0), 1), "0 a unit")
-	assert.Equal(t, "..", answers(t, c, override(5, typepb.RateLimitUnit_HOUR, 0), 2), "another unit: another key")
+	// A new key too, whose first burst may wait for its first lease (CI
+	// run 133 got ".x"); spent already, it would admit none.
+	assert.Equal(t, 2, admitUntil(t, c, override(5, typepb.RateLimitUnit_HOUR, 0), 2), "another unit: another key")
 	// Lowered from 12 to 9 a minute after 12 spent: the same key.
 	perMinute := func(rpu uint32) *rlspb.RateLimitRequest {
 		r := override(rpu, typepb.RateLimitUnit_MINUTE, 0)
