@@ -225,8 +225,9 @@ type Usage struct {
 	// until it lapses, so that a key far from its limit costs a sync per
 	// Hold, not per Interval. Zero, or two Intervals or less: the lease
 	// stands two Intervals. At most 10,000 Intervals; a Syncer fails the
-	// key's Grant beyond that. (Redis grants it to token buckets; gossip
-	// syncs in memory and ignores it.)
+	// key's Grant beyond that. (Redis grants it to token buckets, and to
+	// sliding windows until their window's edge; gossip syncs in memory
+	// and ignores it.)
 	Hold time.Duration
 }
 

@@ -77,7 +77,7 @@ const (
 // Redis's TIME is read once, for every key.
 //
 // It returns one reply per key it ran, in order: its lease's (see
-// leaseFns), or an error reply of its own. Once its work reaches
+// leaseTokenBucketFn), or an error reply of its own. Once its work reaches
 // batchWork it runs no more keys (see keyWork): the reply is shorter,
 // and the keys left out are untouched. A key whose state is corrupt, or
 // that a command refuses, fails alone: its lease runs under pcall, and
@@ -86,7 +86,7 @@ const (
 // nodes long gone, deleted as they are read; what a failed key's lease
 // wrote before its error stays.) Out of memory it runs no key: the whole
 // call answers OOM.
-var leaseBatch = redis.NewScript(storedNum + leaseCommon + leaseNodes + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseFns + redisNow + `
+var leaseBatch = redis.NewScript(storedNum + leaseCommon + leaseNodes + slackOf + tokenRefill + slidingRoll + leaseMarkFn + leaseTokenBucketFn + leaseSlidingWindowFn + redisNow + `
 local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local alive, score = ARGV[5], ARGV[6] == '1'
 local steps, none = stepsOf(7), {}
@@ -421,12 +421,17 @@ func (r *Redis) leaseItem(iv time.Duration, u fleet.Usage) (leaseItem, error) {
 	}
 	window := micros(u.Limit.Window)
 	// The state outlives a full refill and a few intervals, and a lease
-	// a node rests on (a token bucket's, on the key itself).
+	// a node rests on, on the key itself (a sliding window's rests no
+	// longer than its window: see leaseSlidingWindow).
 	hold := min(int64(u.Hold/time.Microsecond), store.MaxRest(interval))
-	if alg != 0 || u.Shard != (fleet.Shard{}) {
+	if u.Shard != (fleet.Shard{}) {
 		hold = 0
 	}
-	ttl := (2*window+10*interval+hold)/1000 + 1
+	keep := hold
+	if alg != 0 {
+		keep = 0
+	}
+	ttl := (2*window+10*interval+keep)/1000 + 1
 	return leaseItem{base: base, args: [leaseArgs]any{alg, u.Limit.Limit, window, u.Limit.Capacity(),
 		min(u.Consumed, fleet.MaxLimit), min(u.Demand, fleet.MaxLimit), ttl, u.Series, u.Total, steps, flagArg(u.Paced), hold}}, nil
 }

@@ -207,6 +207,9 @@ local function fleetOf(key, h, read, node, now, stale, keep, interval, alive, ho
     a.N = math.max(0, a.N - 1)
   end
   local l = stored(h['l:' .. node], 'l:' .. node, 0) or 0
+  -- As the scan takes it: a sliding window's lease (g a window number)
+  -- is counted in its window, never out, resting or not.
+  if (stored(h['g:' .. node], 'g:' .. node, 0) or 0) * 1000 <= a.T then l = 0 end
   if live then a.O = math.max(0, a.O - l) end
   if rests then a.R = math.max(0, a.R - l) end
   return a, silent

@@ -27,14 +27,16 @@ local maxHold = ` + strconv.Itoa(store.MaxHold) + ` -- intervals: the longest a 
 local scanned = 0
 local hold = 0 -- the lease batch sets it, a key at a time: fleet.Usage.Hold, µs
 
--- restsUntil is until when (µs) node n's token-bucket lease stands, if
--- it was granted to rest on (see leaseTokenBucket): 0 if not. Its TTL
--- is held in t:<n>, in µs (0 for a lease of two intervals), and read as
--- no more than maxHold intervals.
+-- restsUntil is until when (µs) node n's lease stands, if it was
+-- granted to rest on (see leaseTokenBucket, leaseSlidingWindow): 0 if
+-- not. Its TTL is held in t:<n>, in µs (0 for a lease of two
+-- intervals), from when it was granted, s:<n> (a token bucket's g:<n>
+-- too; a sliding window's is a window number), and read as no more than
+-- maxHold intervals.
 local function restsUntil(h, n, interval)
   local t = stored(h['t:' .. n], 't:' .. n, 0)
   if not t or t <= 0 then return 0 end
-  return (stored(h['g:' .. n], 'g:' .. n, 0) or 0) + math.min(t, maxHold * interval)
+  return (stored(h['s:' .. n], 's:' .. n, 0) or 0) + math.min(t, maxHold * interval)
 end
 
 local function readState(key)
@@ -226,8 +228,8 @@ local function slackOf(limit, window, interval)
 end
 `
 
-// leaseFns defines the lease of one key, leaseTokenBucket and
-// leaseSlidingWindow, as Lua functions of the same arguments: key, the
+// leaseTokenBucketFn defines the lease of one key, leaseTokenBucket (and
+// leaseSlidingWindowFn, leaseSlidingWindow), as Lua functions of the same arguments: key, the
 // state hash; mark, the key's lease mark (see markLease); now, Redis's
 // time (µs); node; interval_us; stale_us; equal (true: equal shares,
 // else demand-weighted); steps, the fallback steps (see stepsOf); limit;
@@ -244,25 +246,12 @@ end
 // it reports it to the shards instead.
 //
 // The token bucket settles the node's last lease, refills, and grants
-// from what its burst leaves beside the other nodes' live leases. The
-// sliding window counts a lease in the current window when granted;
-// what a node hands back is subtracted from the window it was counted
-// in, if that window still weighs.
-//
-// A node that paces is also leased ahead, by the sliding window, what
-// the previous window's weight frees until two intervals on (never past
-// the window's edge, where the lease lapses): the grant is sized against
-// the estimate at that time, to, and what it holds beyond the estimate
-// now comes paced, released evenly until to. Both ends of the node's
-// spending stay within the limit (the lease now, the lease and the
-// paced part at to), and the estimate falls linearly between, so the
-// fleet stays within it at every moment; what the grant counts in the
-// window includes the paced part in full from the start, so no other
-// node is leased it twice. The token bucket paces nothing.
+// from what its burst leaves beside the other nodes' live leases; it
+// paces nothing. The sliding window's is leaseSlidingWindowFn.
 //
 // They follow storedNum, leaseCommon, leaseNodes, slackOf, tokenRefill, slidingRoll
 // and leaseMarkFn.
-const leaseFns = `
+const leaseTokenBucketFn = `
 local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, steps, limit, window, burst, consumed, demand, ttl, rseries, rtotal, _, alive)
   local marked, _, markLeft = leaseMark(mark, now)
   if marked then return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft, 0, 0} end
@@ -404,97 +393,4 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   return {lease, ttlLease, math.ceil(burst - tokens), remaining, count, math.floor(weight * 1000000), reset, now, 0, 0, 0, 0}
 end
 
-local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, steps, limit, window, burst, consumed, demand, ttl, rseries, rtotal, paced, alive)
-  local marked, _, markLeft = leaseMark(mark, now)
-  if marked then return {0, 0, 0, 0, 0, 0, 0, 0, marked, markLeft, 0, 0} end
-  local w = math.floor(now / window)
-  local h, read = readOwn(key, node)
-  local st = {h['w'], h['cur'], h['prev'], h['l:' .. node], h['g:' .. node], h['k:' .. node], h['c:' .. node], h['p:' .. node]}
-  local cur, prevc = roll(w, st)
-  local k = whole(st[6], 'k:' .. node, 1)
-  local series, upto, behind
-  consumed, series, upto, behind = once(consumed, rseries, rtotal, k, whole(st[7], 'c:' .. node, 0))
-  -- Back from silence: what was reserved for the node was counted as
-  -- spent, in the windows it was reserved in, for what it spent past its
-  -- last lease (on its ladder); what it reports past that lease is
-  -- counted only beyond the reserve, and its lease is settled as any.
-  -- Reserved in this window alone (pw: the window of the first charge),
-  -- what it did not spend comes back: the window holds its count, not a
-  -- worst case. (The token bucket's way, the reserve taken off the whole
-  -- report, gave back a lease spent within the window as unspent.)
-  local reserved = stored(st[8], 'p:' .. node, 0)
-  local settled = reserved and not behind
-  local prev = stored(st[4], 'l:' .. node, 0) or 0
-  if settled and not (series and k and k ~= series) then
-    local beyond = math.max(0, consumed - prev)
-    if beyond < reserved and stored(h['pw:' .. node], 'pw:' .. node, 0) == w * window then
-      cur = math.max(0, cur - (reserved - beyond))
-    end
-    consumed = consumed - math.min(beyond, reserved)
-  end
-
-  local lw = stored(st[5], 'g:' .. node, 0) or w
-  local carry = 0
-  if behind then
-    -- As the token bucket: a lease counted in this window stays out.
-    if lw == w then carry = prev end
-  elseif consumed < prev then
-    local back = prev - consumed
-    if lw == w then
-      cur = math.max(0, cur - back)
-    elseif lw == w - 1 then
-      prevc = math.max(0, prevc - back)
-    end
-  else
-    cur = cur + (consumed - prev)
-  end
-
-  -- The nodes Redis no longer hears spend on their ladders: what they
-  -- may is counted in the window, as the token bucket charges it to its
-  -- bucket (see reserve). Before, the side Redis heard took the whole
-  -- limit beside them: 1,466 a second against 1,000 on real Redis with
-  -- half the fleet cut off (TestPartialCutOverRedis), the simulator's
-  -- partition 48.7% over in its worst window. No lease rests on a
-  -- sliding window, so no node is cut off resting (hot is false).
-  local grace = steps[#steps - 1] or 0
-  local keep = math.max(stale + math.min(window, 100 * interval), grace + 2 * interval)
-  local a, silent = fleetOf(key, h, read, node, now, stale, keep, interval, alive, false)
-  local total, count = a.D + demand, a.N + 1
-  cur = clampN(cur + reserve(key, silent, total, count, equal, limit / window, interval, now, steps, w * window, window))
-
-  local elapsed = now - w * window
-  local est = estimate(cur, prevc, window, elapsed)
-  local avail = limit - est
-  if avail < 0 then avail = 0 end
-
-  local weight = share(demand, total, count, equal)
-  local most = slackOf(limit, window, interval)
-  local lease = grantFrom(avail, demand, weight, limit, count, most)
-  local ahead, aheadFor = 0, 0
-  if paced and prevc > 0 then
-    local to = math.min(now + 2 * interval, (w + 1) * window)
-    local later = limit - estimate(cur, prevc, window, to - w * window)
-    if later > avail then
-      ahead = grantFrom(later, demand, weight, limit, count, most) - lease
-      if ahead > 0 then
-        -- Released no faster than the window frees it: by the time the
-        -- estimate leaves room for the whole grant, and no later.
-        local e = window - (limit - (lease + ahead) - cur) * window / prevc
-        aheadFor = math.max(1, math.min(to, math.ceil(w * window + e)) - now)
-      else
-        ahead = 0
-      end
-    end
-  end
-  cur = clampN(cur + lease + ahead)
-
-  if not behind and (reserved or h['q:' .. node] or h['pw:' .. node]) then redis.call('HDEL', key, 'p:' .. node, 'q:' .. node, 'pw:' .. node) end
-  writeState(h, key, now, ttl, ttl, aggregated({'w', w, 'cur', cur, 'prev', prevc,
-    'l:' .. node, lease + ahead + carry, 'g:' .. node, w, 'd:' .. node, demand, 's:' .. node, now}, a, demand, 0, 0, now + stale), node, series, upto)
-
-  local remaining = math.max(0, avail - lease - ahead)
-  local reset = 0
-  if cur > 0 then reset = (w + 2) * window - now elseif prevc > 0 then reset = (w + 1) * window - now end
-  return {lease, 2 * interval, est + lease + ahead, remaining, count, math.floor(weight * 1000000), reset, now, 0, 0, ahead, aheadFor}
-end
 `

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/testkit/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestCommandsPerDecision offers 10,000 requests a second over 1,000
@@ -31,24 +32,34 @@ import (
 // resting lease was cut to its part of a quarter of the burst. Counts,
 // not times: the rounds are driven here (ManualSync), so a loaded
 // machine changes nothing but how long the test takes.
+//
+// A sliding window (of an hour here) rests too, until its window's edge
+// (leaseSlidingWindow): before, its keys synced every Interval, 4.1
+// commands a decision on one node and 3.9 on four; now 0.009.
 func TestCommandsPerDecision(t *testing.T) {
 	t.Parallel()
-	for _, nodes := range []int{1, 4} {
-		t.Run(fmt.Sprint("nodes=", nodes), func(t *testing.T) {
-			t.Parallel()
-			commandsPerDecision(t, nodes)
-		})
+	policies := []hybrid.Policy{
+		{Name: "p", Limit: 1_000_000, Window: time.Second},
+		{Name: "p", Algorithm: local.SlidingWindow, Limit: 1 << 30, Window: time.Hour},
+	}
+	for _, p := range policies {
+		for _, nodes := range []int{1, 4} {
+			t.Run(fmt.Sprintf("%v/nodes=%d", p.Algorithm, nodes), func(t *testing.T) {
+				t.Parallel()
+				commandsPerDecision(t, nodes, p)
+			})
+		}
 	}
 }
 
-func commandsPerDecision(t *testing.T, nodes int) {
+func commandsPerDecision(t *testing.T, nodes int, p hybrid.Policy) {
 	const keys, rounds, interval = 1000, 10, 100 * time.Millisecond
 	srv := redistest.StartServer(t)
 	fleet := make([]*hybrid.Limiter, nodes)
 	for n := range fleet {
 		l, err := hybrid.New(hybrid.Config{
 			Node:     fmt.Sprint("n", n),
-			Policies: []hybrid.Policy{{Name: "p", Limit: 1_000_000, Window: time.Second}},
+			Policies: []hybrid.Policy{p},
 			Syncer:   redisSyncer(t, srv),
 			Interval: interval,
 			// Calls of at least 256 keys (see round.go), however loaded the

@@ -85,10 +85,11 @@ func (s *store) apply(o *op, now int64) {
 			resp.Grants[i].Err = fmt.Errorf("%w: key %q: Hold is %v; it must be from 0 to %d Intervals", fleet.ErrInvalid, u.Key, u.Hold, istore.MaxHold)
 			continue
 		}
+		keep := hold // a sliding window's rests no longer than its window (see leaseItem)
 		if u.Limit.Algorithm != local.TokenBucket {
-			hold = 0 // only a token bucket's key rests (see leaseItem)
+			keep = 0
 		}
-		ttl := 2*u.Limit.Window.Microseconds() + 10*interval + hold
+		ttl := 2*u.Limit.Window.Microseconds() + 10*interval + keep
 		if st == nil || now > st.until { // expired
 			st = &lease{nodes: map[string]*nodeLease{}, tokens: math.NaN()}
 			s.keys[u.Key] = st
@@ -239,11 +240,15 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		if active {
 			a.demand, a.nodes = max(0, a.demand-me.demand), max(0, a.nodes-1)
 		}
+		l := me.lease
+		if me.granted*1000 <= a.t { // a sliding window's: counted in its window, never out (the scripts' fleetOf)
+			l = 0
+		}
 		if live {
-			a.out = max(0, a.out-me.lease)
+			a.out = max(0, a.out-l)
 		}
 		if rests {
-			a.resting = max(0, a.resting-me.lease)
+			a.resting = max(0, a.resting-l)
 		}
 	}
 	total, count, out := demand+a.demand, a.nodes+1, a.out
@@ -425,6 +430,22 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 				}
 			}
 		}
+		// The script's rest: never past the window's edge, with the
+		// window at most three quarters counted, and no pace.
+		me.ttl = 0
+		if edge := (w+1)*int64(window) - now; hold > 2*interval && slack > 0 && edge > 2*interval && l+paced > 0 {
+			part := math.Floor(float64(lim.Limit) / float64(4*count))
+			cut := l + paced
+			if cut > part && demand <= part {
+				cut = part
+			}
+			if cut >= 1 && cut <= part && est+cut <= float64(lim.Limit)*3/4 {
+				l, paced = cut, 0
+				g.Paced, g.PacedFor = 0, 0
+				me.ttl = min(hold, istore.MaxRest(interval), edge)
+				g.TTL = time.Duration(max(2*interval, me.ttl)) * time.Microsecond
+			}
+		}
 		st.cur += l + paced
 		me.lease, me.granted = l+paced+carry, w
 		g.Lease, g.Used, g.Remaining = int64(l), int64(est+l+paced), int64(max(0, avail-l-paced))
@@ -438,6 +459,9 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	me.demand, me.seen = demand, now
 	a.demand, a.nodes = a.demand+demand, a.nodes+1 // this lease in place of its node's last
 	own := now + stale                             // when this lease's fields next change for the others
+	if !tb && me.ttl > 0 {
+		own = now + me.ttl
+	}
 	if tb {
 		a.out += me.lease
 		if me.ttl > 0 {

@@ -56,13 +56,14 @@ type nodeLease struct {
 	ttl      int64   // how long its lease stands if granted to rest on, µs (token bucket); 0 if not
 }
 
-// restsUntil is the scripts' restsUntil: until when o's token-bucket
-// lease stands, if granted for longer than two intervals; 0 if not.
+// restsUntil is the scripts' restsUntil: until when o's lease stands,
+// if granted for longer than two intervals; 0 if not. From when it was
+// granted, seen (a sliding window's granted is a window number).
 func (o *nodeLease) restsUntil(interval int64) int64 {
 	if o.ttl <= 0 {
 		return 0
 	}
-	return o.granted + min(o.ttl, istore.MaxRest(interval))
+	return o.seen + min(o.ttl, istore.MaxRest(interval))
 }
 
 // spentBy is the scripts' spentBy: what a node cut off for e µs may
