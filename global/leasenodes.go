@@ -85,7 +85,10 @@ local function scan(h, key, node, now, stale, keep, interval, alive, hot)
         local active, live, rests = counted(h, n, now, stale, interval)
         local d, l, at = stored(h['d:' .. n], 'd:' .. n, 0) or 0, stored(h['l:' .. n], 'l:' .. n, 0) or 0, 0
         -- A sliding window's lease (g a window number, far below any
-        -- time in µs) is counted in its window, never out.
+        -- time in µs) is counted in its window, never out; resting, it
+        -- counts among the resting leases (lr), whose nodes a hot key
+        -- asks about (see fleetOf).
+        local lr = l
         if (stored(h['g:' .. n], 'g:' .. n, 0) or 0) * 1000 <= now then l = 0 end
         if (not active and (d > 0 or l > 0)) or (active and not live and l > 0) or (rests and hot) then at = heardAt(alive, n, now) end
         local hears = at >= now - stale
@@ -110,7 +113,7 @@ local function scan(h, key, node, now, stale, keep, interval, alive, hot)
           -- A lease no longer live is still out while its node is
           -- heard: a token bucket's lease is spendable until spent.
           if live or hears then out = out + l end -- (live: g a time, so l is as read)
-          if rests then resting = resting + l end
+          if rests then resting = resting + lr end
           e = math.min(e, nextOf(h, n, now, stale, interval))
         elseif d > 0 or l > 0 then
           e = math.min(e, now + interval) -- reserved for an interval ahead, or heard now and perhaps not then
@@ -207,11 +210,11 @@ local function fleetOf(key, h, read, node, now, stale, keep, interval, alive, ho
     a.N = math.max(0, a.N - 1)
   end
   local l = stored(h['l:' .. node], 'l:' .. node, 0) or 0
+  if rests then a.R = math.max(0, a.R - l) end
   -- As the scan takes it: a sliding window's lease (g a window number)
   -- is counted in its window, never out, resting or not.
   if (stored(h['g:' .. node], 'g:' .. node, 0) or 0) * 1000 <= a.T then l = 0 end
   if live then a.O = math.max(0, a.O - l) end
-  if rests then a.R = math.max(0, a.R - l) end
   return a, silent
 end
 

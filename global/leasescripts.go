@@ -301,7 +301,10 @@ local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, st
   -- which were charged for the lease already) does not hold what was
   -- spent of it, so none of it comes back.
   local restarted = k and k ~= series
-  local live = now - granted <= 2 * interval or (not restarted and now <= restsUntil(h, node, interval))
+  -- (A granted that is a window number is a sliding window's lease, of
+  -- a policy changed since: never live here, resting or not.)
+  local restEnd = restsUntil(h, node, interval) -- read first, so that a corrupt t: fails the key whatever else holds
+  local live = now - granted <= 2 * interval or (not restarted and granted * 1000 > now and now <= restEnd)
   local carry = 0
   if behind then
     -- Nothing comes back: a live lease stays out beside the new one (the

@@ -179,3 +179,45 @@ func TestFailedSyncAfterCrossing(t *testing.T) {
 	assert.Equal(t, *admitted, f.reported())
 	require.NoError(t, l.Close())
 }
+
+// ttlFleet grants a sliding window's key its demand for ttl, its window's
+// edge an hour away, far under its limit.
+type ttlFleet struct{ ttl time.Duration }
+
+func (f ttlFleet) Sync(_ context.Context, req *fleet.Request) (*fleet.Response, error) {
+	resp := &fleet.Response{Grants: make([]fleet.Grant, len(req.Keys))}
+	for i, u := range req.Keys {
+		resp.Grants[i] = fleet.Grant{Lease: u.Demand, TTL: f.ttl, Remaining: 1 << 30, Nodes: 1, Weight: 1, ResetAfter: 2 * time.Hour}
+	}
+	return resp, nil
+}
+
+// TestSlidingRestsOnlyOnARestGrant: a sliding window's key rests only on
+// a lease Redis granted to rest on (a TTL past two intervals). Rested on
+// any lease covering the next interval, a key of a plain grant skipped
+// rounds past Redis's stale horizon.
+func TestSlidingRestsOnlyOnARestGrant(t *testing.T) {
+	t.Parallel()
+	const interval = 100 * time.Millisecond
+	for _, c := range []struct {
+		ttl  time.Duration
+		rest bool
+	}{{2 * interval, false}, {time.Minute, true}} {
+		clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+		l, err := New(Config{Node: "n", Syncer: ttlFleet{c.ttl}, ManualSync: true, HotKeyRate: -1, Clock: clk, Interval: interval,
+			Policies: []Policy{{Name: "p", Limit: 1 << 30, Window: time.Hour, Algorithm: local.SlidingWindow}}})
+		require.NoError(t, err)
+		for range restSyncs + 2 {
+			_, err := l.Allow("k")
+			require.NoError(t, err)
+			require.NoError(t, l.SyncOnce(context.Background()))
+			clk.Advance(interval / 10)
+		}
+		k, _ := l.keys.Load("k")
+		l.syncMu.Lock()
+		rests := l.rests(k, l.now(), false)
+		l.syncMu.Unlock()
+		assert.Equal(t, c.rest, rests, "a grant of %v", c.ttl)
+		require.NoError(t, l.Close())
+	}
+}

@@ -142,8 +142,10 @@ func oldest(out, resting []*keyState, n int) []*keyState {
 // lets a key rest by granting its lease for longer than two intervals
 // (fleet.Usage.Hold: see holdOf): Redis does so while
 // what the key has spent and the lease come to at most a quarter of
-// its burst, for a lease of at most a quarter of the burst's part of
-// each node. k rests while that lease stands past the round after next
+// its burst (a sliding window: what its window counts, leases out
+// included, at most three quarters of its limit, and never past the
+// window's edge), for a lease of at most a quarter of the burst's part
+// of each node. k rests while that lease stands past the round after next
 // with a round trip to spare, covers what k's forecast spends until
 // then above its low-water mark (below it, k asks for an early sync as
 // any key does), nothing was refused since the last sync, and k is not about to
@@ -181,16 +183,21 @@ func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
 	margin := 2*iv + iv/5 + l.syncs.rtt + l.syncs.pace.lag // the round after next, however late the loop runs
 	// A sliding window's lease lapses at its window's edge whatever a
 	// sync before it brings, and its credit carries it across (the
-	// crossing asks for a sync): it rests until the edge, and wakes
-	// within an interval after, by its key's hash, so that the keys of
-	// one edge do not all come in one round. (Woken before the edge, as a
-	// token bucket's lease is before it lapses, a key far under its limit
-	// synced 4-5 times a window where it rested: the simulator's zipf on
-	// 8 nodes, 28,700 key syncs a second.)
+	// crossing asks for a sync): granted to rest on (a TTL past two
+	// intervals: Redis rests it until the edge at most), it rests until
+	// its lease lapses, and wakes within an interval after, by its key's
+	// hash, so that the keys of one edge do not all come in one round;
+	// Redis still hears the node on the keys it syncs (see scan). (Woken
+	// before the edge, as a token bucket's lease is before it lapses, a
+	// key far under its limit synced 4-5 times a window where it rested:
+	// the simulator's zipf on 8 nodes, 28,700 key syncs a second.)
 	sliding := k.policy().paced
 	need := margin
 	if sliding {
 		need = iv
+		if k.expires-k.lastSync <= 2*iv {
+			return false // not granted to rest on
+		}
 	}
 	if !k.hasGrant.Load() || k.syncs < restSyncs || k.expires-now <= need || k.failing.Load() || k.leaving ||
 		k.lshards != nil || k.stripes.Load() != nil || k.policy().paced && (k.pace.pacing(now) || k.pace.crossed()) || k.handover.pending ||

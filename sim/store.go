@@ -173,6 +173,17 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			out = a.out
 		}
 		hot = t+out < burst*3/4
+	} else { // more than a quarter of the limit counted before this report, as the script's
+		w := int64(math.Floor(float64(now) / window))
+		cur, prev := st.cur, st.prev
+		switch {
+		case st.w == w-1:
+			prev, cur = cur, 0
+		case st.w < w-1:
+			prev, cur = 0, 0
+		}
+		at := float64(now) - float64(w)*window
+		hot = math.Ceil(prev*(window-at)/window)+cur > float64(lim.Limit)/4
 	}
 	due := max(a.e, a.t+interval)
 	if hot && a.resting > 0 { // resting nodes may be cut off: asked at least every stale horizon (the scripts' fleetOf)
@@ -240,15 +251,15 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		if active {
 			a.demand, a.nodes = max(0, a.demand-me.demand), max(0, a.nodes-1)
 		}
+		if rests {
+			a.resting = max(0, a.resting-me.lease)
+		}
 		l := me.lease
 		if me.granted*1000 <= a.t { // a sliding window's: counted in its window, never out (the scripts' fleetOf)
 			l = 0
 		}
 		if live {
 			a.out = max(0, a.out-l)
-		}
-		if rests {
-			a.resting = max(0, a.resting-l)
 		}
 	}
 	total, count, out := demand+a.demand, a.nodes+1, a.out
@@ -342,7 +353,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		settle(-1)
 		carry := 0.0
 		restUntil := me.restsUntil(interval)
-		live := now-me.granted <= 2*interval || (!otherSeries && now <= restUntil)
+		live := now-me.granted <= 2*interval || (!otherSeries && me.granted*1000 > now && now <= restUntil) // a window number: a sliding window's lease, never live here
 		if behind {
 			if live {
 				carry = prev // a live lease stays out beside the new one
@@ -460,6 +471,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	a.demand, a.nodes = a.demand+demand, a.nodes+1 // this lease in place of its node's last
 	own := now + stale                             // when this lease's fields next change for the others
 	if !tb && me.ttl > 0 {
+		a.resting += me.lease
 		own = now + me.ttl
 	}
 	if tb {

@@ -331,12 +331,21 @@ func TestStoreMatchesRedisHeard(t *testing.T) {
 // node resting on a key (global's TestRestingNodeCutOff): once the key
 // is more than a quarter spent, a resting node Redis stopped hearing is
 // cut off, its lease out and its share reserved from when last heard;
-// one heard elsewhere still rests.
+// one heard elsewhere still rests. By both algorithms: a sliding window
+// rests too (until its window's edge), and its window more than a quarter
+// counted is hot.
 func TestStoreMatchesRedisRestingCut(t *testing.T) {
 	t.Parallel()
-	for _, heard := range []bool{false, true} {
+	for _, c := range []struct {
+		alg   local.Algorithm
+		heard bool
+	}{{local.TokenBucket, false}, {local.TokenBucket, true}, {local.SlidingWindow, false}, {local.SlidingWindow, true}} {
+		heard := c.heard
 		r, client := realStore(t)
-		lim := fleet.Limit{Limit: 1000, Window: 10 * time.Second}
+		lim := fleet.Limit{Algorithm: c.alg, Limit: 1000, Window: 10 * time.Second}
+		if c.alg == local.SlidingWindow {
+			lim.Window = time.Hour // no edge within the test, where a rest would end
+		}
 		fallback := []partition.Step{{Until: time.Minute, Factor: 1}, {Factor: 0.5}}
 		st := &store{keys: map[string]*lease{}}
 		sync := func(node, key string, u fleet.Usage) (fleet.Grant, fleet.Grant) {
@@ -358,7 +367,7 @@ func TestStoreMatchesRedisRestingCut(t *testing.T) {
 				sync("a", "other", fleet.Usage{Demand: 1})
 			}
 			w, g := sync("b", "k", fleet.Usage{Demand: 100, Series: 2, Total: 800})
-			what := fmt.Sprintf("heard %v, b's lease %d", heard, i)
+			what := fmt.Sprintf("%v, heard %v, b's lease %d", c.alg, heard, i)
 			assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
 			assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
 			assert.InDelta(t, w.Used, g.Used, 1, "used: %s", what)

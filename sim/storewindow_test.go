@@ -85,7 +85,7 @@ func TestStoreMatchesRedisRestSliding(t *testing.T) {
 		{"c", fleet.Usage{Demand: 100}, 0, 2 * interval, 3, 250},                            // a and b rest: active; 100 beyond c's part (1,000 / 4 / 3)
 		{"a", fleet.Usage{Consumed: 60, Demand: 10, Series: 1, Total: 60}, 0, hold, 3, 220}, // 40 back
 		{"e", fleet.Usage{Demand: 530}, 0, 2 * interval, 4, 750},
-		{"f", fleet.Usage{Demand: 10}, 0, 2 * interval, 5, 760}, // within its part, but the window would count past three quarters
+		{"f", fleet.Usage{Demand: 10}, 0, 2 * interval, 4, 760}, // within its part, but the window would count past three quarters; b, resting but unheard since step 1 on a window past a quarter (hot), is cut off
 	}
 	for i, s := range steps {
 		s.u.Key, s.u.Limit, s.u.Hold = "rest-sliding", lim, hold
