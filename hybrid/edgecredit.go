@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"math"
+	"runtime"
 
 	"github.com/hybridlimit/hybridlimit/fleet"
 )
@@ -67,7 +68,8 @@ func (k *keyState) crossEdge(now int64) bool {
 			return false
 		}
 		if s&1 != 0 || !p.seq.CompareAndSwap(s, s+1) {
-			continue // a grant, or another decision crossing
+			runtime.Gosched() // a grant, or another decision crossing: a few stores away
+			continue
 		}
 		c, u := p.edge.Load(), k.until.Load()
 		ok := c != 0 && c&crossedBit == 0 && now >= u

@@ -259,7 +259,9 @@ func TestStoreMatchesRedisPaced(t *testing.T) {
 func TestStoreMatchesRedisRest(t *testing.T) {
 	t.Parallel()
 	r, client := realStore(t)
-	const interval, hold = 10 * time.Millisecond, 300 * time.Millisecond
+	// A stale horizon (three intervals) of 60 ms: at 30, one call that
+	// took 32 ms under -race in CI (run 135) turned the other nodes stale.
+	const interval, hold = 20 * time.Millisecond, 300 * time.Millisecond
 	lim := fleet.Limit{Limit: 1000, Window: 24 * time.Hour}
 	fallback := []partition.Step{{Until: 200 * time.Millisecond, Factor: 1}, {Factor: 0.5}}
 	st := &store{keys: map[string]*lease{}}

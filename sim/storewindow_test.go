@@ -69,7 +69,9 @@ func TestStoreMatchesRedisRefund(t *testing.T) {
 func TestStoreMatchesRedisRestSliding(t *testing.T) {
 	t.Parallel()
 	r, client := realStore(t)
-	const interval, hold = 10 * time.Millisecond, 300 * time.Millisecond
+	// A stale horizon (three intervals) of 60 ms: at 30, one call that
+	// took 32 ms under -race in CI (run 135) turned the other nodes stale.
+	const interval, hold = 20 * time.Millisecond, 300 * time.Millisecond
 	lim := fleet.Limit{Algorithm: local.SlidingWindow, Limit: 1000, Window: time.Hour}
 	st := &store{keys: map[string]*lease{}}
 	steps := []struct {
