@@ -20,8 +20,7 @@ import (
 // key an edge credit. The first decision past the edge (crossEdge) makes
 // it the word's allowance, spendable until the next window's edge, marks
 // the word's spent then, and asks for an early sync; what is left of the
-// lapsed lease beyond the credit goes back to the fleet at the next sync,
-// as before. That sync reports what was spent up to the crossing only,
+// lapsed lease goes back to the fleet at the next sync, as before. That sync reports what was spent up to the crossing only,
 // and takes its marks from there: what the key spent on the credit comes
 // out of the lease the sync brings, as what a key spends during a round
 // trip does (see grant), so the store counts it in the new window, where
@@ -30,10 +29,9 @@ import (
 // bursts, which start at a window's edge, the fleet's windows ran 3.2% of
 // the limit over the ideal's.
 //
-// The credit is never more than what the
-// key would spend until the early sync's grant (its low-water mark: a
-// round trip and an early-sync gap of its forecast, a quarter of its lease
-// at least), nor than the node's equal part of what the grant left free
+// The credit is never more than what the key would spend until the
+// early sync's grant (its low-water mark: a round trip and an early-sync
+// gap of its forecast, a quarter of its lease at least), nor than the node's equal part of what the grant left free
 // beyond a quarter of the limit. The new window starts with at least that
 // much free but for what other nodes lease meanwhile: only a window that
 // fills from there before the early sync's grant (which then comes short
@@ -57,9 +55,10 @@ func (l *Limiter) edgeCredit(k *keyState, whole int64, g *fleet.Grant) int64 {
 
 // crossEdge lends k, whose lease lapsed at its window's edge by now, its
 // edge credit (see above), at most once a grant: the word's allowance
-// becomes the credit, spendable until the next edge, and the pace ends. It reports whether it did, so that the
-// decision is taken again. It holds the pace's seq for a few stores, as
-// the sync loop does to install a grant, so that the two never mix.
+// becomes the credit, spendable until the next edge, and the pace ends.
+// It reports whether it did, so that the decision is taken again. It
+// holds the pace's seq for a few stores, as the sync loop does to install
+// a grant, so that the two never mix.
 func (k *keyState) crossEdge(now int64) bool {
 	p := &k.pace
 	for range pacedTries {
