@@ -285,13 +285,10 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 			// for at once; the lease goes back to the fleet, unspent, at
 			// the next report, and the one after reports what the credit
 			// spent as the crossing's (crossedAt). Installed, it would
-			// have lent a second credit in the one window. The grant
-			// brought nothing: the next sync need not wait the early
-			// gap (waiting it, bursts on a sliding window refused 0.055%
-			// of their requests under the limit, not 0.023%).
+			// have lent a second credit in the one window. The key is
+			// still crossed, so its early sync waits no gap (gapOf).
 			whole, low = 0, 0
 			if !closing {
-				k.lastSync = min(k.lastSync, now-l.gapOf(k))
 				defer l.askEarly(k)
 			}
 		} else {
@@ -395,11 +392,20 @@ func (l *Limiter) syncEarly(ctx context.Context, k *keyState) {
 // waits it out before an early sync; the simulator does too.
 func (l *Limiter) earlyGap() int64 { return int64(min(l.cfg.Interval/4, 10*time.Millisecond)) }
 
-// gapOf is the least time between two syncs of k: the early-sync gap (earlyGap), or a quarter
+// gapOf is the least time between two syncs of k: none once k crossed its
+// window's edge, the early-sync gap (earlyGap), or a quarter
 // of the window for a key whose window is no longer than the interval and
 // whose lease was cut short of its demand (the key is at its limit, and
 // syncing more often would only load the fleet). Sync loop only.
 func (l *Limiter) gapOf(k *keyState) int64 {
+	if k.pace.crossed() {
+		// Crossed its window's edge on its credit: the sync that leases
+		// in the new window goes at once, once a window at most. (Waiting
+		// the gap after a grant that lapsed before it came, bursts on a
+		// sliding window refused 0.055% of their requests under the
+		// limit, not 0.023%.)
+		return 0
+	}
 	if l.cfg.Interval >= k.policy().Window && k.lease < k.requested {
 		return max(l.earlyGap(), int64(k.policy().Window/4))
 	}

@@ -167,29 +167,46 @@ func TestStoreMatchesRedisReserve(t *testing.T) {
 }
 
 func storeMatchesRedisReserve(t *testing.T, lim fleet.Limit) {
-	r, client := realStore(t)
 	fallback := []partition.Step{{Until: 200 * time.Millisecond, Factor: 1}, {Factor: 0.5}}
-	st := &store{keys: map[string]*lease{}}
-	steps := []struct {
-		node  string
-		u     fleet.Usage
-		sleep time.Duration
-	}{
-		{"b", fleet.Usage{Demand: 1000}, 0},
-		{"a", fleet.Usage{Demand: 300, Series: 1}, 0},
-		{"d", fleet.Usage{Demand: 300, Series: 2}, 0},
-		{"c", fleet.Usage{Demand: 300, Series: 4}, 250 * time.Millisecond},
-		{"d", fleet.Usage{Key: "elsewhere", Demand: 1}, 0},          // d is heard on another key
-		{"b", fleet.Usage{Consumed: 1000}, 0},                       // a and c reserved for, not d
-		{"a", fleet.Usage{Consumed: 150, Series: 1, Total: 150}, 0}, // back: 150 within its reserve
-		{"c", fleet.Usage{Consumed: 150, Series: 5, Total: 150}, 0}, // restarted: charged in full
-		{"d", fleet.Usage{Consumed: 100, Series: 2, Total: 100}, 0}, // heard throughout: charged in full
+	steps := []reserveStep{
+		{node: "b", u: fleet.Usage{Demand: 1000}},
+		{node: "a", u: fleet.Usage{Demand: 300, Series: 1}},
+		{node: "d", u: fleet.Usage{Demand: 300, Series: 2}},
+		{node: "c", u: fleet.Usage{Demand: 300, Series: 4}, sleep: 250 * time.Millisecond},
+		{node: "d", u: fleet.Usage{Key: "elsewhere", Demand: 1}},          // d is heard on another key
+		{node: "b", u: fleet.Usage{Consumed: 1000}},                       // a and c reserved for, not d
+		{node: "a", u: fleet.Usage{Consumed: 150, Series: 1, Total: 150}}, // back: 150 within its reserve
+		{node: "c", u: fleet.Usage{Consumed: 150, Series: 5, Total: 150}}, // restarted: charged in full
+		{node: "d", u: fleet.Usage{Consumed: 100, Series: 2, Total: 100}}, // heard throughout: charged in full
 	}
+	for i := range steps {
+		if steps[i].u.Key == "" {
+			steps[i].u.Key = "reserve"
+		}
+	}
+	reserveSteps(t, lim, fallback, steps)
+}
+
+// reserveStep is one sync of a node, for reserveSteps.
+type reserveStep struct {
+	node  string
+	u     fleet.Usage
+	sleep time.Duration // after the step
+	least int64         // the least Redis may count, lease included; 0: no bound
+	most  int64         // the most; 0: no bound
+}
+
+// reserveSteps syncs steps, each with limit lim, with Redis and the
+// simulator's store alike, and holds the two to agree on each grant:
+// the lease and the node count exactly, usage within what the calls'
+// time reserves (a token or two a ms), and usage within each step's
+// bounds.
+func reserveSteps(t *testing.T, lim fleet.Limit, fallback []partition.Step, steps []reserveStep) {
+	t.Helper()
+	r, client := realStore(t)
+	st := &store{keys: map[string]*lease{}}
 	var gaps time.Duration
 	for i, s := range steps {
-		if s.u.Key == "" {
-			s.u.Key = "reserve"
-		}
 		s.u.Limit = lim
 		req := fleet.Request{Node: s.node, Interval: 10 * time.Millisecond, Fallback: fallback, Keys: []fleet.Usage{s.u}}
 		w, g, gap := syncBoth(t, r, client, st, req)
@@ -198,6 +215,12 @@ func storeMatchesRedisReserve(t *testing.T, lim fleet.Limit) {
 		assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
 		assert.InDelta(t, w.Used, g.Used, float64(gaps/time.Millisecond)+2, "used: %s", what)
 		assert.Equal(t, w.Nodes, g.Nodes, "nodes: %s", what)
+		if s.least > 0 {
+			assert.GreaterOrEqual(t, w.Used, s.least, "used: %s", what)
+		}
+		if s.most > 0 {
+			assert.LessOrEqual(t, w.Used, s.most, "used: %s", what)
+		}
 		t.Logf("%s: redis used %d lease %d, sim used %d lease %d", what, w.Used, w.Lease, g.Used, g.Lease)
 		time.Sleep(s.sleep)
 	}

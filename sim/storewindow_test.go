@@ -25,38 +25,14 @@ import (
 // 1,000 more than the 65 leased and spent.
 func TestStoreMatchesRedisRefund(t *testing.T) {
 	t.Parallel()
-	r, client := realStore(t)
 	lim := fleet.Limit{Algorithm: local.SlidingWindow, Limit: 3_600_000, Window: time.Hour}
 	fallback := []partition.Step{{Until: time.Minute, Factor: 1}, {Factor: 0.5}}
-	st := &store{keys: map[string]*lease{}}
-	steps := []struct {
-		node  string
-		u     fleet.Usage
-		sleep time.Duration
-		least int64 // the least Redis may count, lease included
-		most  int64 // the most; 0: no bound
-	}{
-		{"a", fleet.Usage{Demand: 20, Series: 1}, 0, 20, 20},
-		{"b", fleet.Usage{Demand: 20, Series: 2}, 2 * time.Second, 40, 40},
-		{"a", fleet.Usage{Consumed: 20, Demand: 20, Series: 1, Total: 20}, 0, 900, 0}, // b silent: its half of 1,000 a second reserved
-		{"b", fleet.Usage{Consumed: 25, Series: 2, Total: 25}, 0, 65, 65},             // back, its lease and 5 more spent: the rest of its reserve comes back
-	}
-	var gaps time.Duration
-	for i, s := range steps {
-		s.u.Key, s.u.Limit = "refund", lim
-		req := fleet.Request{Node: s.node, Interval: 10 * time.Millisecond, Fallback: fallback, Keys: []fleet.Usage{s.u}}
-		w, g, gap := syncBoth(t, r, client, st, req)
-		gaps += gap
-		what := fmt.Sprintf("step %d (%s %+v, call took %v, %v so far)", i, s.node, s.u, gap, gaps)
-		assert.Equal(t, w.Lease, g.Lease, "lease: %s", what)
-		assert.InDelta(t, w.Used, g.Used, float64(gaps/time.Millisecond)+2, "used: %s", what)
-		assert.GreaterOrEqual(t, w.Used, s.least, "used: %s", what)
-		if s.most > 0 {
-			assert.LessOrEqual(t, w.Used, s.most, "used: %s", what)
-		}
-		t.Logf("%s: redis used %d lease %d, sim used %d lease %d", what, w.Used, w.Lease, g.Used, g.Lease)
-		time.Sleep(s.sleep)
-	}
+	reserveSteps(t, lim, fallback, []reserveStep{
+		{node: "a", u: fleet.Usage{Key: "refund", Demand: 20, Series: 1}, least: 20, most: 20},
+		{node: "b", u: fleet.Usage{Key: "refund", Demand: 20, Series: 2}, sleep: 2 * time.Second, least: 40, most: 40},
+		{node: "a", u: fleet.Usage{Key: "refund", Consumed: 20, Demand: 20, Series: 1, Total: 20}, least: 900}, // b silent: its half of 1,000 a second reserved
+		{node: "b", u: fleet.Usage{Key: "refund", Consumed: 25, Series: 2, Total: 25}, least: 65, most: 65},    // back, its lease and 5 more spent: the rest of its reserve comes back
+	})
 }
 
 // TestStoreMatchesRedisRestSliding is TestStoreMatchesRedisRest for a
