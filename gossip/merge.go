@@ -73,7 +73,7 @@ func (t *table) merge(m *message, now instant) {
 			// it next speaks, but does not cut this node off its fleet.
 			// Whichever incarnation it names: a farewell from an earlier
 			// run, arriving late, is undone by the next update.
-			p.left = true
+			t.mark(p, p.alive, true)
 		}
 		news := false
 		for j := range s.entries {
@@ -84,7 +84,7 @@ func (t *table) merge(m *message, now instant) {
 		// an earlier run). A copy of an update sent before a real
 		// farewell, still being gossiped, is not news.
 		if news && m.kind == kindUpdate {
-			p.left = false
+			t.mark(p, p.alive, false)
 		}
 	}
 }
@@ -195,7 +195,8 @@ func (t *table) join(name, addr string) {
 	if p == nil || p == t.self {
 		return
 	}
-	p.alive, p.left, p.addr = true, false, addr
+	t.mark(p, true, false)
+	p.addr = addr
 }
 
 func (t *table) leave(name string, now instant) {
@@ -203,7 +204,21 @@ func (t *table) leave(name string, now instant) {
 	if p == nil || p == t.self {
 		return
 	}
-	p.alive, p.downAt = false, now.mono
+	t.mark(p, false, p.left)
+	p.downAt = now.mono
+}
+
+// mark sets whether p is a member and whether it left, keeping count of
+// the members that have not left.
+func (t *table) mark(p *peer, alive, left bool) {
+	was := p.alive && !p.left
+	p.alive, p.left = alive, left
+	switch is := alive && !left; {
+	case is && !was:
+		t.members++
+	case was && !is:
+		t.members--
+	}
 }
 
 // saturate is f as an int64, MaxInt64 past it, and 0 below 0 or NaN.

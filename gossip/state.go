@@ -81,6 +81,7 @@ type use struct {
 	lease      uint64 // the last lease granted
 	leaseEpoch uint64 // the window it was granted in
 	usedAt     int64  // the last sync (mono)
+	since      int64  // the first sync (mono)
 }
 
 // table is not safe for concurrent use; Gossip guards it with a mutex.
@@ -101,6 +102,7 @@ type table struct {
 	changed []*key  // own keys synced since they were last flushed
 	dropped uint64  // entries refused: table full, or unknown peer beyond maxPeers
 	lastID  uint64  // the last peer.id given
+	members int     // peers alive and not left, this node among them (mark)
 }
 
 func newTable(self string, inc uint64, cfg *Config) *table {
@@ -112,6 +114,7 @@ func newTable(self string, inc uint64, cfg *Config) *table {
 		maxKeys:    cfg.MaxKeys,
 		maxPeers:   cfg.MaxPeers,
 		maxEntries: maxEntries,
+		members:    1,
 		grace:      int64(cfg.Grace),
 		forget:     int64(10 * cfg.Grace),
 	}

@@ -308,3 +308,28 @@ func TestPartitionReserves(t *testing.T) {
 		})
 	}
 }
+
+// TestBurstsFromQuietOverGossip holds bursts that start together from
+// quiet (1 s at three times the rate every 3 s), 8 nodes over gossip, to
+// the limit by both algorithms. With sliding windows every node weighed
+// its own rising forecast against the older ones it had heard of its
+// peers, the weights summed to about 1.5, and the fleet admitted 124% of
+// what the ideal admits, its worst window 31% over (gossip's unclaimed).
+// Reproduce: go run ./cmd/demo sim --scenario bursts --backend gossip --nodes 8 --algorithm slidingwindow
+func TestBurstsFromQuietOverGossip(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("two minute-long simulations")
+	}
+	for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			r, err := sim.Run(sim.Config{Scenario: "bursts", Backend: "gossip", Nodes: 8, Interval: 100 * time.Millisecond, Algorithm: alg})
+			require.NoError(t, err)
+			t.Logf("%v: admitted %.2f%% of the ideal, worst window %+.3f%%, false rejection %.3f%%",
+				alg, 100*float64(r.Admitted)/float64(max(1, r.Ideal)), r.OvershootWorst, r.FalseRejection)
+			assert.LessOrEqual(t, float64(r.Admitted), 1.01*float64(r.Ideal), "admitted, against the ideal")
+			assert.LessOrEqual(t, r.OvershootWorst, 10.0, "worst window over the limit, %")
+		})
+	}
+}
