@@ -98,7 +98,7 @@ func FuzzBatchReplies(f *testing.F) {
 			down = down && it.down
 			if it.err == nil {
 				require.Len(t, it.vals, c.reply, "entry %d", k)
-				g, err := r.grantOf(u, it.vals)
+				g, err := r.grantOf(u, 100*time.Millisecond, it.vals)
 				if err != nil {
 					require.ErrorIs(t, err, fleet.ErrCorrupt)
 				} else if g.Shards == 0 {

@@ -294,7 +294,7 @@ func (r *Redis) grant(req *fleet.Request, it *leaseItem, res callResult, k int, 
 	case res.items[k].err != nil:
 		g.Err = res.items[k].err
 	default:
-		*g, g.Err = r.grantOf(req.Keys[it.i], res.items[k].vals)
+		*g, g.Err = r.grantOf(req.Keys[it.i], req.Interval, res.items[k].vals)
 	}
 }
 

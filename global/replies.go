@@ -38,6 +38,24 @@ func pacedBound(u *fleet.Usage, lease int64) int64 {
 	return max(0, leaseBound(u)-lease)
 }
 
+// ttlBound is the longest TTL a sane store grants u at interval: two
+// intervals, or as long as the node asked to rest (Hold, within
+// MaxRest), as leaseItem passes it; a lease shard never rests. Unchecked,
+// a TTL of centuries wrapped the lease's expiry into the past (the lease
+// lapsed as it came), and one of hours rested a key the scripts never
+// let rest.
+func ttlBound(u *fleet.Usage, interval time.Duration) int64 {
+	iv := micros(interval)
+	most := int64(math.MaxInt64)
+	if iv <= math.MaxInt64/2 {
+		most = 2 * iv
+	}
+	if u.Shard == (fleet.Shard{}) {
+		most = max(most, min(int64(u.Hold/time.Microsecond), store.MaxRest(iv)))
+	}
+	return most
+}
+
 // pacedForBound is the longest a sane store paces a lease of paced over:
 // none for none, else at most a window (the lease lapses at its edge).
 func pacedForBound(u *fleet.Usage, paced int64) int64 {
@@ -71,7 +89,7 @@ func (r *Redis) corrupt(key, format string, a ...any) error {
 
 // grantOf reads and checks a lease script's reply v to u (see
 // leaseTokenBucket).
-func (r *Redis) grantOf(u fleet.Usage, v []int64) (fleet.Grant, error) {
+func (r *Redis) grantOf(u fleet.Usage, interval time.Duration, v []int64) (fleet.Grant, error) {
 	key := u.Key + u.Shard.String()
 	if v[8] != 0 {
 		err := r.check(key, bound{"a shard count", v[8], 2, fleet.MaxShards}, bound{"a mark lasting µs", v[9], 0, math.MaxInt64})
@@ -79,7 +97,7 @@ func (r *Redis) grantOf(u fleet.Usage, v []int64) (fleet.Grant, error) {
 	}
 	err := r.check(key,
 		bound{"a lease", v[0], 0, leaseBound(&u)},
-		bound{"a lease TTL µs", v[1], 0, math.MaxInt64},
+		bound{"a lease TTL µs", v[1], 0, ttlBound(&u, interval)},
 		bound{"used", v[2], 0, math.MaxInt64},
 		bound{"remaining", v[3], 0, u.Limit.Capacity()},
 		bound{"active nodes", v[4], 1, math.MaxInt32},

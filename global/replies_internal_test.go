@@ -24,7 +24,7 @@ func TestRepliesChecked(t *testing.T) {
 	r := &Redis{addr: "redis.test:6379"}
 	u := fleet.Usage{Key: "k", Limit: fleet.Limit{Limit: 100, Window: time.Second}, Demand: 50}
 	ok := []int64{10, 2000, 40, 60, 1, 1e6, 500, 1, 0, 0, 0, 0}
-	g, err := r.grantOf(u, ok)
+	g, err := r.grantOf(u, time.Millisecond, ok)
 	require.NoError(t, err)
 	assert.Equal(t, fleet.Grant{Lease: 10, TTL: 2 * time.Millisecond, Used: 40, Remaining: 60, Nodes: 1, Weight: 1, ResetAfter: 500 * time.Microsecond}, g)
 
@@ -36,6 +36,11 @@ func TestRepliesChecked(t *testing.T) {
 		{"negative lease", 0, -1},
 		{"lease above the burst", 0, 101},
 		{"negative ttl", 1, -1},
+		// Two intervals, or the rest the node asked for (none here):
+		// a TTL past it rests a key the scripts never let rest, and one
+		// of centuries wrapped the lease's expiry into the past.
+		{"ttl past two intervals", 1, 2001},
+		{"ttl of centuries", 1, math.MaxInt64},
 		{"negative used", 2, -5},
 		{"remaining above the burst", 3, 101},
 		{"no nodes", 4, 0},
@@ -50,12 +55,36 @@ func TestRepliesChecked(t *testing.T) {
 	for _, tt := range grants {
 		v := append([]int64(nil), ok...)
 		v[tt.i] = tt.v
-		_, err := r.grantOf(u, v)
+		_, err := r.grantOf(u, time.Millisecond, v)
 		assert.ErrorIs(t, err, fleet.ErrCorrupt, tt.name)
 	}
+	// A node that asked to rest (Hold) may be granted a TTL that long,
+	// within MaxRest; a lease shard never rests.
+	ru := u
+	ru.Hold = time.Second
+	for _, tt := range []struct {
+		u    fleet.Usage
+		ttl  int64
+		sane bool
+	}{
+		{ru, 1_000_000, true}, {ru, 1_000_001, false},
+		{fleet.Usage{Key: "k", Limit: u.Limit, Demand: 50, Hold: time.Hour}, store.MaxRest(1000), true},
+		{fleet.Usage{Key: "k", Limit: u.Limit, Demand: 50, Hold: time.Hour}, store.MaxRest(1000) + 1, false},
+		{fleet.Usage{Key: "k", Limit: u.Limit, Demand: 50, Hold: time.Second, Shard: fleet.ShardsOf("k", 2)[0]}, 2001, false},
+	} {
+		v := append([]int64(nil), ok...)
+		v[1] = tt.ttl
+		_, err := r.grantOf(tt.u, time.Millisecond, v)
+		if tt.sane {
+			assert.NoError(t, err, "a TTL of %d µs, Hold %v", tt.ttl, tt.u.Hold)
+		} else {
+			assert.ErrorIs(t, err, fleet.ErrCorrupt, "a TTL of %d µs, Hold %v, shard %v", tt.ttl, tt.u.Hold, tt.u.Shard)
+		}
+	}
+
 	marked := append([]int64(nil), ok...)
 	marked[8], marked[9] = 4, -1
-	_, err = r.grantOf(u, marked)
+	_, err = r.grantOf(u, time.Millisecond, marked)
 	assert.ErrorIs(t, err, fleet.ErrCorrupt, "a mark lasting less than nothing")
 
 	// A paced sliding window lease: the lease and its paced part within
@@ -64,14 +93,14 @@ func TestRepliesChecked(t *testing.T) {
 	pu.Paced, pu.Limit.Algorithm = true, local.SlidingWindow
 	paced := append([]int64(nil), ok...)
 	paced[10], paced[11] = 90, 200_000
-	g, err = r.grantOf(pu, paced)
+	g, err = r.grantOf(pu, time.Millisecond, paced)
 	require.NoError(t, err)
 	assert.Equal(t, int64(90), g.Paced)
 	assert.Equal(t, 200*time.Millisecond, g.PacedFor)
 	for _, bad := range [][2]int64{{91, 200_000}, {-1, 0}, {5, 0}, {5, -1}, {5, 1_000_001}} {
 		v := append([]int64(nil), paced...)
 		v[10], v[11] = bad[0], bad[1]
-		_, err := r.grantOf(pu, v)
+		_, err := r.grantOf(pu, time.Millisecond, v)
 		assert.ErrorIs(t, err, fleet.ErrCorrupt, "paced %d over %d µs", bad[0], bad[1])
 	}
 
@@ -137,7 +166,7 @@ func FuzzReplies(f *testing.F) {
 			v[i] = int64(binary.LittleEndian.Uint64(b[:]))
 		}
 		r := &Redis{addr: "redis.test:6379"}
-		g, err := r.grantOf(u, v)
+		g, err := r.grantOf(u, time.Millisecond, v)
 		switch {
 		case err != nil:
 			require.ErrorIs(t, err, fleet.ErrCorrupt)
