@@ -67,9 +67,17 @@ func FuzzMergeSync(f *testing.F) {
 			require.True(t, g.Weight >= 0 && g.Weight <= 1, "weight %v outside [0, 1]", g.Weight)
 			require.GreaterOrEqual(t, g.Nodes, 1)
 		}
-		// Every entry held is in its stamp's window, and no peer's is
-		// stamped more than a window past this node's clock.
+		// Every entry held is in its stamp's window, no peer's is
+		// stamped more than a window past this node's clock, and the
+		// members are counted right whatever farewells came.
 		held := func(now instant) {
+			members := 0
+			for _, p := range tab.peers {
+				if p.alive && !p.left {
+					members++
+				}
+			}
+			require.Equal(t, members, tab.members, "the members counted (mark), against a recount")
 			for _, k := range tab.keys {
 				if k.own.stamp != 0 {
 					require.Equal(t, k.own.stamp/k.own.windowMs, k.own.epoch, "own entry's window is its stamp's")
@@ -96,8 +104,11 @@ func FuzzMergeSync(f *testing.F) {
 			check(tab.sync(usage, 100*time.Millisecond, fleet.Equal, now, false))
 			held(now)
 		}
+		tab.leave("p", now)
+		held(now)
 		now = now.add(time.Hour)
 		tab.gc(now)
+		held(now)
 		check(tab.sync(usage, 100*time.Millisecond, fleet.DemandWeighted, now, false))
 	})
 }

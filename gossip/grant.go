@@ -32,7 +32,7 @@ func (t *table) sync(u *fleet.Usage, interval time.Duration, shares fleet.Shares
 	if err := lim.Validate(); err != nil {
 		return fleet.Grant{Err: fmt.Errorf("%w: %v", fleet.ErrInvalid, err)}
 	}
-	k := t.keyFor(xxh3.HashString(u.Key), true)
+	k := t.keyFor(xxh3.HashString(u.Key), true, now)
 	ms := uint64(lim.Window / time.Millisecond)
 	burst := lim.Burst
 	if lim.Algorithm != local.TokenBucket || burst == 0 {
@@ -50,7 +50,7 @@ func (t *table) sync(u *fleet.Usage, interval time.Duration, shares fleet.Shares
 	l := k.local
 	first := l == nil || l.limit != lim // this node's first sync of the key: its forecast is a guess
 	if first {
-		l = &use{limit: lim, levelAt: now.mono, meterAt: now.mono, meter: -1, since: now.mono}
+		l = &use{limit: lim, levelAt: now.mono, meterAt: now.mono, meter: -1}
 		k.local = l
 		if lim.Algorithm == local.TokenBucket {
 			l.level = B - t.used(k, ms, ep, frac)
@@ -328,7 +328,11 @@ func (t *table) weight(k *key, rate uint64, shares fleet.Shares, interval time.D
 		switch t.standingOf(c, now) {
 		case live:
 			demands = append(demands, float64(c.e.demand))
-			held += float64(c.e.weight) / weightScale
+			if c.p.alive && !c.p.left {
+				// A member's: an entry under a name memberlist does not
+				// know (forged, or from a node gone) holds nothing back.
+				held += float64(c.e.weight) / weightScale
+			}
 			n++
 			// A view of a peer older than two intervals may miss what
 			// it has leased and spent since: a fleet too large for every
@@ -391,8 +395,8 @@ func waterFill(demands []float64, total float64, rate uint64, perSec, avail floa
 
 // unclaimed is the most a sliding window's node weighs: its equal part
 // of the fleet it knows (size members), or, past it, what the weights
-// its live peers last sent leave (left: what the silent leave, less
-// those). A sliding window's meter is the node's weight's part of the
+// its live peers that are members last sent leave (left: what the
+// silent leave, less those). A sliding window's meter is the node's weight's part of the
 // window's count, with no memory of the weight it had, so weights that
 // sum past one admit past the limit at once. They did while every
 // forecast rose together: each node saw its own rise a round or two
@@ -406,11 +410,17 @@ func waterFill(demands []float64, total float64, rate uint64, perSec, avail floa
 // below it and then rose can still overlap what another took from it:
 // on 16 nodes 168% is now 115% (docs/gossip.md).
 //
-// For its first three intervals on a key a node also counts every
-// member it has not heard from on the key at its equal part: on a cold
-// start no node has heard another and each took the whole key (issue
-// 20: a node that has not heard the fleet spends only its part). After
-// that a member not heard from is taken not to use the key.
+// For three intervals (at least coldStart) after its table first held
+// a key, by its own first sync or a peer's entry, a node also counts
+// every member it has not heard from on the key at its equal part: on
+// a cold start no node has heard another and each took the whole key
+// (issue 20: a node that has not heard the fleet spends only its part).
+// After that a member not heard from is taken not to use the key. The
+// clock is the key's in the table, not this node's use of it: a change
+// of policy, or a node that starts using a key it has heard its peers
+// use, is not a cold start (with the node's own first sync as the
+// clock, a raised limit held a heavy node to its equal part, and
+// refused it everything, for four rounds).
 //
 // The price is a round or two of the lending: a heavy node takes what
 // the light ones leave once they have heard it and sent their lower
@@ -422,11 +432,18 @@ func waterFill(demands []float64, total float64, rate uint64, perSec, avail floa
 // than it saved (bursts over 16 nodes: false rejection 0.01% to 11%).
 func (t *table) unclaimed(k *key, n int, left float64, interval time.Duration, now instant) float64 {
 	size := max(n, t.members)
-	if now.mono-k.local.since <= int64(3*interval) {
+	if now.mono-k.born <= max(int64(3*interval), int64(coldStart)) {
 		left -= float64(size-n) / float64(size)
 	}
 	return max(1/float64(size), left)
 }
+
+// coldStart is the least time a key is new to a table, and its members
+// not heard from on it counted at their equal parts (see unclaimed):
+// about as long as an update takes to reach most of a fleet of 16
+// (docs/gossip.md), so that a short interval does not end it before
+// the first updates can come (8 nodes at 10 ms: weights summing to 8).
+const coldStart = 300 * time.Millisecond
 
 // demandHeadroom is how much more than its forecast a hybrid Limiter
 // asks for (hybrid's headroom): the water-filling takes it back out.

@@ -104,7 +104,7 @@ func (t *table) mergeEntry(p *peer, inc uint64, e *entry, now instant) bool {
 		t.dropped++
 		return false
 	}
-	k := t.keyFor(e.hash, false)
+	k := t.keyFor(e.hash, false, now)
 	if k == nil {
 		t.dropped++
 		return false

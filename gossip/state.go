@@ -68,6 +68,7 @@ type key struct {
 	local *use    // this node's use of the key; nil if only peers use it
 	peers []count // sorted by peer id, so that a merge finds its sender's entries by binary search
 	sent  int64   // when own was last queued for sending (mono)
+	born  int64   // when the table first held the key (mono): the cold start's clock (see unclaimed)
 	dirty bool    // own changed since it was last queued
 }
 
@@ -81,7 +82,6 @@ type use struct {
 	lease      uint64 // the last lease granted
 	leaseEpoch uint64 // the window it was granted in
 	usedAt     int64  // the last sync (mono)
-	since      int64  // the first sync (mono)
 }
 
 // table is not safe for concurrent use; Gossip guards it with a mutex.
@@ -164,14 +164,14 @@ func (t *table) peerFor(name []byte) *peer {
 
 // keyFor returns the key hashed h, creating it if there is room or
 // force is set (this node's own keys are always tracked).
-func (t *table) keyFor(h uint64, force bool) *key {
+func (t *table) keyFor(h uint64, force bool, now instant) *key {
 	if k, ok := t.keys[h]; ok {
 		return k
 	}
 	if !force && len(t.keys) >= t.maxKeys {
 		return nil
 	}
-	k := &key{hash: h}
+	k := &key{hash: h, born: now.mono}
 	t.keys[h] = k
 	return k
 }

@@ -140,3 +140,75 @@ func TestSlidingWeightsLendWhatIsHeldBack(t *testing.T) {
 	// gets the rest of the rate.
 	assert.InDelta(t, 1-7*(400/1.5)/4000, heavy.Weight, 0.01, "the heavy node's weight, heard")
 }
+
+// TestSlidingWeightsColdStartIsTheKeys holds the cold start's rule to the
+// key's age in the table, not the node's use of it (review of the cap):
+// a raised limit is no cold start, a short interval does not end one
+// before updates can come, and a forged entry holds nothing back.
+func TestSlidingWeightsColdStartIsTheKeys(t *testing.T) {
+	t.Parallel()
+	lim := fleet.Limit{Algorithm: local.SlidingWindow, Limit: 4000, Window: time.Second}
+	syncAt := func(tab *table, lim fleet.Limit, demand int64, iv time.Duration, at instant) fleet.Grant {
+		t.Helper()
+		g := tab.sync(&fleet.Usage{Key: "k", Limit: lim, Demand: demand}, iv, fleet.DemandWeighted, at, false)
+		require.NoError(t, g.Err)
+		return g
+	}
+
+	t.Run("a raised limit", func(t *testing.T) {
+		t.Parallel()
+		f := newLagFleet(8) // two of eight members on the key
+		heavy, light := f[0], f[1]
+		at := t0
+		var before fleet.Grant
+		for range 10 {
+			before = syncAt(heavy, lim, 300, 100*time.Millisecond, at)
+			syncAt(light, lim, 10, 100*time.Millisecond, at)
+			light.merge(updateFrom(heavy.self.name, 1, heavy.keys[xxh3.HashString("k")].own), at)
+			heavy.merge(updateFrom(light.self.name, 1, light.keys[xxh3.HashString("k")].own), at)
+			at = at.add(100 * time.Millisecond)
+		}
+		raised := lim
+		raised.Limit = 5000
+		g := syncAt(heavy, raised, 300, 100*time.Millisecond, at)
+		assert.Greater(t, before.Weight, 0.5)
+		assert.InDelta(t, before.Weight, g.Weight, 0.01, "the heavy node's weight across a raised limit")
+		assert.Positive(t, g.Lease)
+	})
+
+	t.Run("a short interval", func(t *testing.T) {
+		t.Parallel()
+		f := newLagFleet(8)
+		at := t0
+		for round := range 6 { // 60 ms and nothing heard yet
+			sum := 0.0
+			for _, tab := range f {
+				sum += syncAt(tab, lim, 40, 10*time.Millisecond, at).Weight
+			}
+			assert.LessOrEqual(t, sum, 1+1e-9, "round %d: the weights' sum", round)
+			at = at.add(10 * time.Millisecond)
+		}
+	})
+
+	t.Run("a forged entry", func(t *testing.T) {
+		t.Parallel()
+		// A forged entry's demand takes its part of the split, as any
+		// live entry's (docs/gossip.md, Trust model); the weight it
+		// claims to hold keeps nothing more from this node.
+		weights := func(forged uint16) []float64 {
+			tab := testTable()
+			at := t0
+			e := peerEntry("k", at, 0, 1)
+			e.weight, e.demand = forged, 1
+			var out []float64
+			for range 5 {
+				at = at.add(100 * time.Millisecond)
+				e.stamp++
+				tab.merge(updateFrom("evil", 1, e), at) // no member of the name
+				out = append(out, syncAt(tab, lim, 100, 100*time.Millisecond, at).Weight)
+			}
+			return out
+		}
+		assert.Equal(t, weights(0), weights(weightScale))
+	})
+}
