@@ -157,15 +157,16 @@ func (l *Limiter) lowWater(k *keyState, lease int64) int64 {
 func (l *Limiter) entitled(k *keyState, now, consumed int64) int64 {
 	n := l.nodesOr(int(k.nodes))
 	capacity := max(1, float64(k.policy().capacity)/n)
-	if k.shareAt == 0 {
-		k.share = capacity
+	r := k.more()
+	if r.shareAt == 0 {
+		r.share = capacity
 	} else {
-		k.share += k.policy().perSec / n * float64(now-k.shareAt) / 1e9
-		k.share += float64(max(0, k.lease-consumed))
+		r.share += k.policy().perSec / n * float64(now-r.shareAt) / 1e9
+		r.share += float64(max(0, k.lease-consumed))
 	}
-	k.share = min(k.share, capacity)
-	k.shareAt = now
-	return int64(k.share)
+	r.share = min(r.share, capacity)
+	r.shareAt = now
+	return int64(r.share)
 }
 
 // quota is the fleet's quota for one interval.

@@ -37,6 +37,47 @@ const maxAllowance = math.MaxInt32
 func allowanceOf(w uint64) int64 { return int64(uint32(w)) }
 func spentOf(w uint64) uint32    { return uint32(w >> 32) }
 
+// keyRare is the state of a key that few keys need: a hot Hybrid key's
+// lease shards, a hot Strict key's rate, an Equal share. It is made the
+// first time one of them is (keyState.more), so that the many keys that
+// need none do not carry it: at a million keys a node holds a million
+// keyStates, and these fields took keyState from Go's size class of 448
+// bytes to 480 (issue 21: BenchmarkMemoryPerKey 547.5 to 515.5 bytes a
+// key). Sync loop only.
+type keyRare struct {
+	lshards  *leaseShards // Hybrid: the Redis shards its leases come from; nil if none
+	handover handover     // Hybrid: how the next report to the key itself, after a merge, differs
+	hotRate  float64      // Strict: the rate the sketch last saw
+	share    float64      // Equal shares: tokens the node's share lets it lease
+	shareAt  int64        // when share was last refilled
+}
+
+// more is k's rare state, made if it has none. Sync loop only.
+func (k *keyState) more() *keyRare {
+	if k.rare == nil {
+		k.rare = &keyRare{}
+	}
+	return k.rare
+}
+
+// leaseShards is the Redis shards k's leases come from; nil if none.
+// Sync loop only.
+func (k *keyState) leaseShards() *leaseShards {
+	if k.rare == nil {
+		return nil
+	}
+	return k.rare.lshards
+}
+
+// handoverOf is how k's next report to the key itself differs (see
+// handover); none if k has no rare state. Sync loop only.
+func (k *keyState) handoverOf() handover {
+	if k.rare == nil {
+		return handover{}
+	}
+	return k.rare.handover
+}
+
 // keyState is what a Limiter knows of one key. The atomic fields are
 // shared with the hot path; the rest belong to the sync loop and are
 // touched only under Limiter.syncMu.
@@ -88,23 +129,21 @@ type keyState struct {
 	nodes int32         // active nodes, from the last grant (sync loop; beside gen, where a 64-bit field would leave a hole)
 
 	// Sync loop state.
-	reported   [2]int64     // spent as of the last report each fleet took
-	folded     uint32       // what merged-back stripes spent, wrapping
-	wordSeen   uint32       // the words' spent (wrapping) at the last extend
-	total      int64        // the words' spent at the last extend, in full
-	hotRate    float64      // Strict: the rate the sketch last saw
-	lshards    *leaseShards // Hybrid: the Redis shards its leases come from; nil if none
-	handover   handover     // Hybrid: how the next report to the key itself, after a merge, differs
-	keyLease   int64        // Hybrid: the last lease the key itself (not a shard, not Failover) granted, with its paced part (counted in full)
-	keyLeaseTo int64        // when it lapses: granted, plus its TTL or two intervals, whichever is longer
-	syncs      int64        // Hybrid: syncs with demand, for the fleet's sync load
-	syncsSeen  int64        // syncs at loadAt
-	loadAt     int64        // when the sync load was last estimated
-	granted    int64        // spent when the last grant was installed
-	carry      float64      // the fraction of a token a ladder-capped lease left over
-	markIdx    int64        // the Window-long period mark was taken in
-	mark       int64        // spent at the first sync of that period
-	prevMark   int64        // spent at the first sync of the period before
+	reported   [2]int64 // spent as of the last report each fleet took
+	folded     uint32   // what merged-back stripes spent, wrapping
+	wordSeen   uint32   // the words' spent (wrapping) at the last extend
+	total      int64    // the words' spent at the last extend, in full
+	rare       *keyRare // what few keys need; nil until needed (see keyRare)
+	keyLease   int64    // Hybrid: the last lease the key itself (not a shard, not Failover) granted, with its paced part (counted in full)
+	keyLeaseTo int64    // when it lapses: granted, plus its TTL or two intervals, whichever is longer
+	syncs      int64    // Hybrid: syncs with demand, for the fleet's sync load
+	syncsSeen  int64    // syncs at loadAt
+	loadAt     int64    // when the sync load was last estimated
+	granted    int64    // spent when the last grant was installed
+	carry      float64  // the fraction of a token a ladder-capped lease left over
+	markIdx    int64    // the Window-long period mark was taken in
+	mark       int64    // spent at the first sync of that period
+	prevMark   int64    // spent at the first sync of the period before
 
 	spentSeen   int64   // spent as of the last forecast
 	refusedSeen uint64  // refused as of the last forecast
@@ -114,8 +153,6 @@ type keyState struct {
 	lease       int64   // the last grant
 	expires     int64   // when it lapses
 	requested   int64   // the demand sent with the last sync
-	share       float64 // Equal shares: tokens the node's share lets it lease
-	shareAt     int64   // when share was last refilled
 	lastSync    int64   // when the key was last synced
 	since       int64   // when its first grant came (see holdOf)
 	answeredAt  int64   // when the fleet last answered the key, or it was new

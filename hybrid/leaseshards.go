@@ -114,8 +114,8 @@ func (l *Limiter) newLeaseShards(k *keyState, n int, until int64) *leaseShards {
 		// that rests); an older one has refilled, or lapsed.
 		counted = k.keyLease
 	}
-	if k.handover.pending {
-		counted = k.handover.held // merged, and split again before a report
+	if h := k.handoverOf(); h.pending {
+		counted = h.held // merged, and split again before a report
 	}
 	return &leaseShards{keys: fleet.ShardsOf(k.key, n), limit: per, home: home, until: until,
 		fresh: true, keyLease: counted}
@@ -155,7 +155,7 @@ func (l *Limiter) tendLeaseShards(ctx context.Context, now int64, batch []*keySt
 	ttl := l.leaseMarkTTL()
 	for _, k := range batch {
 		load, ok := k.leaseLoad(now)
-		ls := k.lshards
+		ls := k.leaseShards()
 		switch {
 		case ls == nil:
 			if ok && hot > 0 && l.cfg.HotKeyShards > 1 && load >= hot {
@@ -187,7 +187,7 @@ func (l *Limiter) tendLeaseShards(ctx context.Context, now int64, batch []*keySt
 // another count since this node last heard), what the shards spent goes
 // to the key and the split ends.
 func (l *Limiter) heard(ctx context.Context, k *keyState, n int, left time.Duration, sent int64, err error) {
-	ls := k.lshards
+	ls := k.leaseShards()
 	switch {
 	case err != nil:
 	case n == len(ls.keys) && left > 0:
@@ -196,8 +196,9 @@ func (l *Limiter) heard(ctx context.Context, k *keyState, n int, left time.Durat
 		// Merged and split again with another count while this node
 		// was away: its next sync is sent to the new shards, and
 		// reports there what it spent beyond its old shard leases.
-		k.handover = handover{pending: true, held: ls.lease[0] + ls.lease[1]}
-		k.lshards, k.series = nil, 0
+		r := k.more()
+		r.handover = handover{pending: true, held: ls.lease[0] + ls.lease[1]}
+		r.lshards, k.series = nil, 0
 	default:
 		l.mergeLeases(ctx, k)
 	}
@@ -237,7 +238,7 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
 	if used, err := l.ldir.LeaseUsed(cctx, k.key, itself, k.policy().limit); err == nil {
 		_ = l.ldir.ChargeLeasesAtLeast(cctx, k.key, fleet.ShardsOf(k.key, m), per, used/int64(m), l.cfg.Interval)
 	}
-	k.lshards, k.series = l.newLeaseShards(k, m, sent+int64(left)), 0
+	k.more().lshards, k.series = l.newLeaseShards(k, m, sent+int64(left)), 0
 }
 
 // mergeLeases takes k off its shards, whose mark is gone: the key itself
@@ -245,7 +246,7 @@ func (l *Limiter) splitLeases(ctx context.Context, k *keyState) {
 // from before the split, which it counted then; k's next report to it is
 // only what was spent beyond its shard leases, which the charge counted.
 func (l *Limiter) mergeLeases(ctx context.Context, k *keyState) {
-	ls := k.lshards
+	ls := k.leaseShards()
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
 	defer cancel()
 	used, err := l.ldir.LeaseUsed(cctx, k.key, ls.keys, ls.limit)
@@ -262,6 +263,7 @@ func (l *Limiter) mergeLeases(ctx context.Context, k *keyState) {
 	if ls.fresh {
 		held = ls.keyLease // split and merged before a report reached a shard
 	}
-	k.handover = handover{pending: true, held: held}
-	k.lshards, k.series = nil, 0
+	r := k.more()
+	r.handover = handover{pending: true, held: held}
+	r.lshards, k.series = nil, 0
 }

@@ -53,12 +53,12 @@ func (l *Limiter) callLeases(ctx context.Context, f *link, batch []*keyState, ma
 	sent := l.now()
 	tg := s.targets[:0]
 	for j, k := range batch {
-		if k.lshards != nil {
+		if k.leaseShards() != nil {
 			tg = l.shardUsages(req, tg, j, k, sent)
 			continue
 		}
 		u := fleet.Usage{Key: k.key, Limit: k.policy().limit, Consumed: s.consumed[j], Demand: k.requested, Paced: k.paced(), Hold: l.holdOf(k, sent)}
-		if h := k.handover; h.pending {
+		if h := k.handoverOf(); h.pending {
 			// What the shards were charged for is not the key's:
 			// this report counts as it is, and a new series
 			// begins with the next.
@@ -97,7 +97,7 @@ func (l *Limiter) mayLease(ls *leaseShards, sent int64) bool {
 // it. What was spent is split between them in proportion to their
 // leases.
 func (l *Limiter) shardUsages(req *fleet.Request, tg []target, j int, k *keyState, sent int64) []target {
-	ls := k.lshards
+	ls := k.leaseShards()
 	c := l.syncs.consumed[j]
 	demand := k.requested
 	if !l.mayLease(ls, sent) {
@@ -134,7 +134,7 @@ func (l *Limiter) moreLeases(ctx context.Context, f *link, batch []*keyState, ou
 	}
 	for _, j := range short {
 		k := batch[j]
-		ls := k.lshards
+		ls := k.leaseShards()
 		if ls.owed > 0 {
 			continue // the next shard still holds an unsettled lease
 		}
@@ -159,23 +159,28 @@ func (l *Limiter) moreLeases(ctx context.Context, f *link, batch []*keyState, ou
 func (l *Limiter) applyLeases(batch []*keyState, out *fleet.Response, req *fleet.Request, resp *fleet.Response, sent int64) (again, short []int) {
 	for i, t := range l.syncs.targets {
 		g, k := resp.Grants[i], batch[t.j]
-		ls := k.lshards
+		ls := k.leaseShards()
 		switch t.to {
 		case keyItself:
 			if g.Shards > 0 {
-				k.lshards, k.series = l.newLeaseShards(k, g.Shards, sent+int64(g.ShardedFor)), 0
+				k.more().lshards, k.series = l.newLeaseShards(k, g.Shards, sent+int64(g.ShardedFor)), 0
 				again = append(again, t.j)
 				continue
 			}
 			out.Grants[t.j] = g
 			if g.Err == nil {
-				k.handover, k.keyLease, k.keyLeaseTo = handover{}, g.Lease+g.Paced, sent+max(int64(g.TTL), 2*int64(l.cfg.Interval))
+				if k.rare != nil {
+					k.rare.handover = handover{}
+				}
+				k.keyLease, k.keyLeaseTo = g.Lease+g.Paced, sent+max(int64(g.TTL), 2*int64(l.cfg.Interval))
 			}
 		case homeShard:
 			out.Grants[t.j] = ls.fold(g)
 			if g.Err == nil {
 				ls.lease[0], ls.fresh = g.Lease, false
-				k.handover = handover{}
+				if k.rare != nil {
+					k.rare.handover = handover{}
+				}
 				if l.wantsTopUp(ls, g.Lease, k.requested, sent) {
 					short = append(short, t.j)
 				}

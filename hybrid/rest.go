@@ -200,7 +200,7 @@ func (l *Limiter) rests(k *keyState, now int64, crowded bool) bool {
 		}
 	}
 	if !k.hasGrant.Load() || k.syncs < restSyncs || k.expires-now <= need || k.failing.Load() || k.leaving ||
-		k.lshards != nil || k.stripes.Load() != nil || sliding && (k.pace.pacing(now) || k.pace.crossed()) || k.handover.pending ||
+		k.leaseShards() != nil || k.stripes.Load() != nil || sliding && (k.pace.pacing(now) || k.pace.crossed()) || k.handoverOf().pending ||
 		k.refused.Load() != k.refusedSeen || now-k.activeAt > l.idleAfter()-3*iv {
 		return false
 	}

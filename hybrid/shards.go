@@ -205,7 +205,7 @@ func (l *Limiter) markHot(ctx context.Context, now int64, hot []sketch.HotKey) {
 		if err != nil {
 			continue
 		}
-		k.hotRate = h.Rate
+		k.more().hotRate = h.Rate
 		if set != nil {
 			// Charged at every renewal, so that the key is charged even
 			// if this node is not the first to merge it back.
@@ -289,7 +289,9 @@ func (l *Limiter) unshard(ctx context.Context, k *keyState) {
 	if set := k.shards.Load(); set != nil {
 		l.mergeShards(ctx, k, set)
 	}
-	k.hotRate = 0
+	if k.rare != nil {
+		k.rare.hotRate = 0
+	}
 }
 
 // mergeShards takes k off set, charging k's own key with what the shards

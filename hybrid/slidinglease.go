@@ -168,7 +168,7 @@ func (k *keyState) grantPaced(raw uint32, lease, paced int64, pacedFor time.Dura
 // stripes, and a key leased from shards sums several stores' grants;
 // both take unpaced leases).
 func (k *keyState) paced() bool {
-	return k.policy().limit.Algorithm == local.SlidingWindow && k.stripes.Load() == nil && k.lshards == nil
+	return k.policy().limit.Algorithm == local.SlidingWindow && k.stripes.Load() == nil && k.leaseShards() == nil
 }
 
 // endPace drops from k's word what its pace has not released by now, and

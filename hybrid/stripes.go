@@ -314,7 +314,7 @@ func (l *Limiter) HotKeys() []HotKey {
 	defer l.syncMu.Unlock()
 	var out []HotKey
 	l.keys.Range(func(k *keyState) bool {
-		set, ls := k.stripes.Load(), k.lshards
+		set, ls := k.stripes.Load(), k.leaseShards()
 		if set == nil && ls == nil {
 			return true
 		}
@@ -330,7 +330,11 @@ func (l *Limiter) HotKeys() []HotKey {
 	})
 	for _, k := range l.syncs.sharded {
 		if set := k.shards.Load(); set != nil {
-			out = append(out, HotKey{Key: k.key, Shards: len(set.keys), Rate: k.hotRate})
+			rate := 0.0
+			if k.rare != nil {
+				rate = k.rare.hotRate
+			}
+			out = append(out, HotKey{Key: k.key, Shards: len(set.keys), Rate: rate})
 		}
 	}
 	slices.SortFunc(out, func(a, b HotKey) int { return cmp.Compare(b.Rate, a.Rate) })

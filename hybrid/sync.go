@@ -310,7 +310,9 @@ func (l *Limiter) settle(k *keyState, now, sent int64, m mark, g *fleet.Grant, c
 		l.stripe(k)
 	}
 	k.lease, k.expires = whole, now+int64(g.TTL)
-	k.share -= float64(whole)
+	if r := k.rare; r != nil {
+		r.share -= float64(whole) // Equal shares (see entitled)
+	}
 	k.nodes = int32(min(max(g.Nodes, 0), math.MaxInt32))
 	k.weightBits.Store(math.Float64bits(g.Weight))
 	if !k.hasGrant.Load() {
