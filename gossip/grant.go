@@ -323,8 +323,23 @@ func (t *table) weight(k *key, rate uint64, shares fleet.Shares, interval time.D
 	demands := append(t.scratch[:0], float64(rate))
 	reserved, whole, held := 0.0, true, 0.0
 	n = 1
-	for i := range k.peers {
+	for i := 0; i < len(k.peers); i++ {
+		// A peer's variants (an incarnation before its restart, a
+		// window before its policy changed) lie together: only its
+		// latest stamp counts here. Each counted, a peer's restart or
+		// new window counted it twice for as long as the old entry
+		// stayed live (3 s): a heavy node's weight fell from 0.53 to
+		// 0.07 meanwhile. By stamp, not incarnation: a forged higher
+		// incarnation with a clean slate would hide the peer's own
+		// updates for good (TestForgedPackets); a stamp is bounded to
+		// a window ahead (see Trust model).
 		c := &k.peers[i]
+		for i+1 < len(k.peers) && k.peers[i+1].p == c.p {
+			i++
+			if d := &k.peers[i]; d.e.stamp > c.e.stamp {
+				c = d
+			}
+		}
 		switch t.standingOf(c, now) {
 		case live:
 			demands = append(demands, float64(c.e.demand))

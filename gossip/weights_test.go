@@ -212,3 +212,49 @@ func TestSlidingWeightsColdStartIsTheKeys(t *testing.T) {
 		assert.Equal(t, weights(0), weights(weightScale))
 	})
 }
+
+// TestWeightsCountAPeerOnce checks that a peer's variants, an
+// incarnation before its restart or a window before its policy changed,
+// count once in the split: each counted, a rolling restart cut every
+// heavy node's weight for as long as the old entries stayed live.
+func TestWeightsCountAPeerOnce(t *testing.T) {
+	t.Parallel()
+	lim := fleet.Limit{Limit: 4000, Window: time.Second}
+	h := xxh3.HashString("k")
+	for _, tt := range []struct {
+		name   string
+		second func(e entry) (inc uint64, _ entry)
+	}{
+		{"restarted", func(e entry) (uint64, entry) { e.stamp++; return 2, e }},
+		{"a new window", func(e entry) (uint64, entry) {
+			e.windowMs, e.stamp = 2000, e.stamp+1
+			e.epoch = e.stamp / e.windowMs
+			return 1, e
+		}},
+	} {
+		for _, alg := range []local.Algorithm{local.TokenBucket, local.SlidingWindow} {
+			t.Run(fmt.Sprint(tt.name, "/", alg), func(t *testing.T) {
+				t.Parallel()
+				lim := lim
+				lim.Algorithm = alg
+				weight := func(variants bool) float64 {
+					tab := testTable()
+					tab.join("p", "")
+					at := t0.add(time.Second) // past the cold start
+					tab.sync(&fleet.Usage{Key: "k", Limit: lim, Demand: 300}, 100*time.Millisecond, fleet.DemandWeighted, t0, false)
+					e := entry{hash: h, windowMs: 1000, stamp: at.ms(), epoch: at.ms() / 1000, demand: 400, ttlMs: 200, weight: weightScale / 10}
+					tab.merge(updateFrom("p", 1, e), at)
+					if variants {
+						inc, e2 := tt.second(e)
+						tab.merge(updateFrom("p", inc, e2), at)
+					}
+					g := tab.sync(&fleet.Usage{Key: "k", Limit: lim, Demand: 300}, 100*time.Millisecond, fleet.DemandWeighted, at, false)
+					require.NoError(t, g.Err)
+					assert.Equal(t, 2, g.Nodes)
+					return g.Weight
+				}
+				assert.InDelta(t, weight(false), weight(true), 1e-9, "a heavy node's weight beside a peer's two variants")
+			})
+		}
+	}
+}
