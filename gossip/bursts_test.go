@@ -21,8 +21,11 @@ import (
 // key (the simulator: 124% of what an ideal limiter admits). Held to the
 // sliding window's own bound, as TestFleetAccuracy: at most the limit in
 // any aligned window, within 5%.
+//
+// Not beside the package's parallel tests: a make test run with them
+// admitted 1,501 in one window (2026-12-07), its nodes starved of the
+// rounds that carry the weights; alone, 792-805 in every run.
 func TestBurstsFromQuiet(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("8 nodes for 6 s")
 	}

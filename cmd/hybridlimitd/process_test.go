@@ -107,10 +107,14 @@ func TestKill(t *testing.T) {
 	}
 	// Not beside the package's parallel tests: its six processes starved
 	// TestFleet's callers, which caught up in bursts the bucket's savings
-	// admitted (615 and 699 in a second against 500 under a CI run).
+	// admitted (615 and 699 in a second against 500 under a CI run). Its
+	// two fleets one after the other, for the same reason: side by side on
+	// 2 cores their callers offered 568-619 a second of the 666 asked, and
+	// the Redis fleet's first second after the kill admitted 582-645
+	// against an ideal's 511-514 (2 of 3 runs, 2026-12-07); one at a time,
+	// 437-463 in every run.
 	for _, via := range []string{"redis", "gossip"} {
 		t.Run(via, func(t *testing.T) {
-			t.Parallel()
 			args := []string{"--envoy-config", "../../docs/examples/envoy/mongo_cps.yaml", "--gossip-grace", "2s"}
 			if via == "redis" {
 				args = append(args, "--redis", redistest.StartServer(t).Addr)
