@@ -76,7 +76,9 @@ func TestQuietNodeIsNotSilent(t *testing.T) {
 			// it still holds is not counted: see docs/partitions.md.)
 			b2 := sync("b", "quiet", fleet.Usage{Consumed: b, Demand: 1000}).Lease // scans: a has not synced the key for 25 or 150 intervals
 			if c.alive && !c.hijack {
-				assert.LessOrEqual(t, held+b2, lim.Limit, "a holds %d, b leased %d: within the burst", held, b2)
+				// The burst and b's lag, which a lease may take ahead of
+				// the bucket (lagOf: a fifth of an interval's refill, 2).
+				assert.LessOrEqual(t, held+b2, lim.Limit+2, "a holds %d, b leased %d: within the burst", held, b2)
 			}
 			reserved, err := s.Client(t).HGet(context.Background(), global.RedisKeyForTest("hl:", "quiet", "lease"), "p:a").Float64()
 			if c.alive && !c.hijack {
@@ -159,7 +161,7 @@ func TestHeardLeaseStaysOut(t *testing.T) {
 		heard("a", interval, 250*time.Millisecond)                                                                    // past two intervals, within three
 		require.NoError(t, c.HSet(ctx, global.RedisKeyForTest("hl:", "notlive", "lease"), "tokens", lim.Limit).Err()) // refilled
 		b := sync("b", "notlive", interval, fleet.Usage{Demand: 1000}).Lease
-		assert.LessOrEqual(t, held+b, lim.Limit, "a holds %d, b leased %d", held, b)
+		assert.LessOrEqual(t, held+b, lim.Limit+20, "a holds %d, b leased %d (the limit and b's lag, 20: lagOf)", held, b)
 	})
 	t.Run("heard, then cut off", func(t *testing.T) {
 		const interval = 10 * time.Millisecond

@@ -3,6 +3,7 @@ package global_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -121,7 +122,7 @@ func (h *holder) sync(t testing.TB, r *global.Redis, key string, lim fleet.Limit
 
 // leaseStress runs 4 nodes x 8 goroutines, each goroutine its own lease
 // holder, taking leases on one key for d, then checks that everything
-// spent fits burst + rate * elapsed exactly, by Redis's clock.
+// spent fits burst + rate * elapsed and the lag exactly, by Redis's clock.
 func leaseStress(t *testing.T, c redis.UniversalClient, key string, lim fleet.Limit, d time.Duration) int64 {
 	r := newSyncer(t, c)
 	start := redisNow(t, c)
@@ -143,8 +144,9 @@ func leaseStress(t *testing.T, c redis.UniversalClient, key string, lim fleet.Li
 	wg.Wait()
 	elapsed := redisNow(t, c).Sub(start)
 	rate := float64(lim.Limit) / lim.Window.Seconds()
-	bound := float64(lim.Burst) + rate*elapsed.Seconds()
-	t.Logf("%s: spent %d in %v; bound %.1f", key, total.Load(), elapsed.Round(time.Millisecond), bound)
+	lag := math.Floor(rate * 0.05 / 5) // what a lease may take ahead of the bucket: a fifth of the holders' 50 ms Interval's refill (lagOf)
+	bound := float64(lim.Burst) + rate*elapsed.Seconds() + lag
+	t.Logf("%s: spent %d in %v; bound %.1f (the lag %.0f)", key, total.Load(), elapsed.Round(time.Millisecond), bound, lag)
 	require.LessOrEqual(t, float64(total.Load()), bound, "the fleet spent more than the bucket holds")
 	return total.Load()
 }
@@ -519,4 +521,28 @@ func TestSlackLeavesRoomForDemand(t *testing.T) {
 	g := sync1(t, r, "late", "k", lim, 0, 100)
 	assert.Equal(t, int64(100), g.Lease, "the demand, lent %d before", lent)
 	assert.GreaterOrEqual(t, g.Remaining, lim.Limit/4-100, "a quarter of the burst stays free of slack")
+}
+
+// TestLeaseTakesItsLag: at the limit a lease may take its lag ahead of
+// the bucket (lagOf: what the limit refills in a fifth of an interval),
+// and the bucket owes no more than that: a node leased the whole bucket,
+// a second node asking is leased the lag (before: only the refill since,
+// none), and a third nothing beyond the refill, the lag being owed.
+func TestLeaseTakesItsLag(t *testing.T) {
+	t.Parallel()
+	r := newSyncer(t, redistest.StartServer(t).DeadlineClient(t))
+	// sync1's Interval is a second: on a window of ten, a fifth of a
+	// second's refill, 20 of the 1,000.
+	lim := fleet.Limit{Limit: 1000, Window: 10 * time.Second}
+	const lag = 20
+	start := time.Now()
+	a := sync1(t, r, "a", "k", lim, 0, 1000)
+	require.Equal(t, lim.Limit, a.Lease, "a takes the bucket")
+	b := sync1(t, r, "b", "k", lim, 0, 1000)
+	c := sync1(t, r, "c", "k", lim, 0, 1000)
+	refill := int64(time.Since(start)/(10*time.Millisecond)) + 1 // 100 a second, and one for the fraction
+	t.Logf("leased a %d, b %d, c %d; the refill up to %d", a.Lease, b.Lease, c.Lease, refill)
+	assert.GreaterOrEqual(t, b.Lease, int64(lag), "b takes the lag")
+	assert.LessOrEqual(t, b.Lease+c.Lease, lag+refill, "b and c: the lag and the refill, no more")
+	assert.Zero(t, c.Remaining, "nothing left")
 }

@@ -151,7 +151,8 @@ func TestRestartedNodeNotForgiven(t *testing.T) {
 		return resp.Grants[0]
 	}
 	require.Equal(t, int64(1000), sync("b", fleet.Usage{Demand: 1000}).Lease)
-	require.Equal(t, int64(0), sync("a", fleet.Usage{Demand: 500, Series: 1}).Lease) // a is known, demanding, with no lease
+	lag := sync("a", fleet.Usage{Demand: 500, Series: 1}).Lease // a is known, demanding, with its lag at most (lagOf)
+	require.LessOrEqual(t, lag, int64(2))
 	time.Sleep(250 * time.Millisecond)
 	// b spent its lease; a is silent and reserved for: 200 at rate 1/ms.
 	start := time.Now()
@@ -165,7 +166,7 @@ func TestRestartedNodeNotForgiven(t *testing.T) {
 	// under 100 ms.
 	refill := int64(time.Since(start)/time.Millisecond) + 1
 	require.Less(t, refill, int64(100), "the two calls took too long to tell a charge from a refill")
-	assert.GreaterOrEqual(t, after.Used, before.Used+100-refill, "a restarted node's 100 spent: used %d -> %d (refill up to %d)", before.Used, after.Used, refill)
+	assert.GreaterOrEqual(t, after.Used, before.Used+100-lag-refill, "a restarted node's 100 spent, %d of them its lease: used %d -> %d (refill up to %d)", lag, before.Used, after.Used, refill)
 }
 
 // TestHoldValidated: a key's Hold is from 0 to 10,000 Intervals; Redis

@@ -38,12 +38,7 @@ func TestLongIntervalBursts(t *testing.T) {
 	})
 	// Each node: 600 a second (the fleet six times the limit) for the
 	// first second of every three.
-	due := func(_ int, now time.Duration) float64 {
-		cycles := math.Floor(now.Seconds() / 3)
-		on := min(now.Seconds()-3*cycles, 1)
-		return 600 * (cycles + on)
-	}
-	r := fleettest.DriveLoad(t, fleet, "bursts", due, run)
+	r := fleettest.DriveLoad(t, fleet, "bursts", bursts(600), run)
 	ideal := r.IdealRun(t, policy)
 	over, under := r.Versus(ideal, time.Second)
 	t.Logf("offered %d, admitted %d, ideal %d (%.1f%%): overshoot %.2f%%, false rejection %.2f%% of the ideal",
@@ -51,6 +46,16 @@ func TestLongIntervalBursts(t *testing.T) {
 	// A token or two a node for the lease a sync hands back as the
 	// next is granted, and 2% for timing.
 	assert.LessOrEqual(t, len(r.Admitted), len(ideal.Admitted)*102/100+2*nodes, "admitted over the run")
+}
+
+// bursts is fleettest.DriveLoad's due for perSecond requests a second a
+// node during the first second of every three, none the other two.
+func bursts(perSecond float64) func(int, time.Duration) float64 {
+	return func(_ int, now time.Duration) float64 {
+		cycles := math.Floor(now.Seconds() / 3)
+		on := min(now.Seconds()-3*cycles, 1)
+		return perSecond * (cycles + on)
+	}
 }
 
 // TestLongIntervalSteady drives a fleet of 4 over real Redis at twice the
@@ -89,4 +94,65 @@ func TestLongIntervalSteady(t *testing.T) {
 	// halved forecast did there (8-10% at this fleet's size).
 	assert.LessOrEqual(t, under, 8.0, "false rejection, % of the ideal")
 	assert.LessOrEqual(t, worst, limit/5, "the worst window beyond the ideal")
+}
+
+// TestBurstsRefuseNoMore drives a fleet of 4 over real Redis at the
+// default interval in bursts: 1 s at six times the limit, then 2 s idle,
+// three times. At the limit the bucket's refill waits in Redis for the
+// next node's sync, so the fleet ran behind an ideal limiter, and each
+// burst ended with that lag unspent, lost once the idle bucket refilled
+// to its cap. A lease may now take its lag ahead of the bucket (lagOf in
+// global). The bursts at 3 s and 6 s are measured, the first being the
+// key's cold start: under -race, before, 98-221 of the ideal's 8,000
+// refused in them (four runs, 1.41-2.31% over the run); after, 4-128
+// (0.44-1.29%). Real timing spreads a run's figure over a point and a
+// half, so the bound is loose (the old code passed it in three runs of
+// four), and the simulator's TestBurstsRefuseLittle holds the gain; this
+// holds the side the lag could cost, what the fleet admits beyond the
+// ideal.
+func TestBurstsRefuseNoMore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a fleet driven for 9 s over real Redis")
+	}
+	const (
+		nodes = 4
+		limit = 2000
+		run   = 9 * time.Second
+	)
+	policy := hybrid.Policy{Name: "api", Limit: limit, Window: time.Second, Burst: limit}
+	srv := redistest.StartServer(t)
+	fleet := fleettest.Limiters(t, nodes, func(i int) hybrid.Config {
+		// Started an Interval apart over the nodes, as a fleet's nodes
+		// start at other times: started together, their rounds stay
+		// together for the run's 9 s (the loop's jitter is a tenth), and
+		// what the fleet is behind at a burst's end is from when that
+		// one round last ran, 0 to 200 tokens a run.
+		if i > 0 {
+			time.Sleep(100 * time.Millisecond / nodes)
+		}
+		return hybrid.Config{Policies: []hybrid.Policy{policy}, Syncer: redisSyncer(t, srv), FleetSize: nodes}
+	})
+	r := fleettest.DriveLoad(t, fleet, "bursts", bursts(6*limit/nodes), run)
+	ideal := r.IdealRun(t, policy)
+	in := func(ats []int64, from time.Duration) (n int) {
+		for _, at := range ats {
+			if at >= int64(from) && at < int64(from+time.Second) {
+				n++
+			}
+		}
+		return n
+	}
+	var refused, best int
+	for _, at := range []time.Duration{0, 3 * time.Second, 6 * time.Second} {
+		f, i := in(r.Admitted, at), in(ideal.Admitted, at)
+		t.Logf("the burst at %v: admitted %d, the ideal %d", at, f, i)
+		if at > 0 {
+			refused, best = refused+max(0, i-f), best+i
+		}
+	}
+	over, under := r.Versus(ideal, time.Second)
+	t.Logf("over the run: admitted %d, ideal %d: overshoot %.2f%%, false rejection %.2f%% of the ideal; the later bursts refused %d of the ideal's %d",
+		len(r.Admitted), len(ideal.Admitted), over, under, refused, best)
+	assert.LessOrEqual(t, refused, best/40, "refused in the later bursts of what the ideal admits: within 2.5%%")
+	assert.LessOrEqual(t, len(r.Admitted), len(ideal.Admitted)+limit/50, "admitted over the run: within the ideal and three bursts' lag, 2%% of the limit")
 }

@@ -139,9 +139,10 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 
 	// The nodes active on the key, and their demand; stale ones are
 	// forgotten, as the script's nodes() does.
-	slack := 0.0 // slackOf in the scripts
+	slack, lag := 0.0, 0.0 // slackOf and lagOf in the scripts
 	if 8*interval <= lim.Window.Microseconds() {
 		slack = math.Ceil(float64(lim.Limit) * 2 * float64(interval) / window)
+		lag = math.Floor(float64(lim.Limit) * float64(interval) / (5 * window))
 	}
 	stale := 3 * interval
 	keep := stale + min(lim.Window.Microseconds(), 100*interval)
@@ -267,15 +268,16 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	if !equal && total > 0 {
 		weight = demand / total
 	}
-	grantFrom := func(avail, capacity float64) float64 {
-		if avail < 1 || demand <= 0 {
+	grantFrom := func(avail, capacity, lag float64) float64 {
+		if avail+lag < 1 || demand <= 0 {
 			return 0
 		}
 		g := max(math.Ceil(capacity*weight), 1)
 		g = min(g, demand)
 		g = max(g, min(math.Floor(max(0, avail-capacity/4)/float64(count)), slack)) // an equal part of what is free beyond a quarter
-		if g > avail {
-			g = math.Floor(avail)
+		// A token bucket's lease may take its lag ahead of the refill (lagOf in the scripts).
+		if g > avail+lag {
+			g = math.Floor(avail + lag)
 		}
 		return g
 	}
@@ -367,7 +369,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		}
 		st.tokens = min(st.tokens, burst-out) // live leases are not in the bucket
 		st.tokens -= reserve(-1, 0)
-		l := grantFrom(st.tokens, burst)
+		l := grantFrom(st.tokens, burst, lag)
 		st.tokens -= l
 		st.ts = now
 		me.ttl = 0
@@ -427,12 +429,12 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		}
 		est := estimate(float64(now) - float64(w)*window)
 		avail := max(float64(lim.Limit)-est, 0)
-		l := grantFrom(avail, float64(lim.Limit))
+		l := grantFrom(avail, float64(lim.Limit), 0)
 		paced := 0.0
 		if u.Paced && st.prev > 0 { // the script's pacing: leased ahead until to
 			to := min(now+2*interval, (w+1)*int64(window))
 			if later := float64(lim.Limit) - estimate(float64(to-w*int64(window))); later > avail {
-				if paced = grantFrom(later, float64(lim.Limit)) - l; paced > 0 {
+				if paced = grantFrom(later, float64(lim.Limit), 0) - l; paced > 0 {
 					e := window - (float64(lim.Limit)-(l+paced)-st.cur)*window/st.prev
 					until := min(float64(to), math.Ceil(float64(w)*window+e))
 					g.Paced, g.PacedFor = int64(paced), time.Duration(max(1, until-float64(now)))*time.Microsecond
