@@ -144,7 +144,7 @@ func leaseStress(t *testing.T, c redis.UniversalClient, key string, lim fleet.Li
 	wg.Wait()
 	elapsed := redisNow(t, c).Sub(start)
 	rate := float64(lim.Limit) / lim.Window.Seconds()
-	lag := math.Floor(rate * 0.05 / 5) // what a lease may take ahead of the bucket: a fifth of the holders' 50 ms Interval's refill (lagOf)
+	lag := min(math.Floor(rate*0.05/5), math.Floor(float64(lim.Burst)/40)) // what a lease may take ahead of the bucket: a fifth of the holders' 50 ms Interval's refill, at most a fortieth of the burst (lagOf)
 	bound := float64(lim.Burst) + rate*elapsed.Seconds() + lag
 	t.Logf("%s: spent %d in %v; bound %.1f (the lag %.0f)", key, total.Load(), elapsed.Round(time.Millisecond), bound, lag)
 	require.LessOrEqual(t, float64(total.Load()), bound, "the fleet spent more than the bucket holds")
@@ -524,25 +524,35 @@ func TestSlackLeavesRoomForDemand(t *testing.T) {
 }
 
 // TestLeaseTakesItsLag: at the limit a lease may take its lag ahead of
-// the bucket (lagOf: what the limit refills in a fifth of an interval),
-// and the bucket owes no more than that: a node leased the whole bucket,
-// a second node asking is leased the lag (before: only the refill since,
-// none), and a third nothing beyond the refill, the lag being owed.
+// the bucket (lagOf: what the limit refills in a fifth of an interval, at
+// most a fortieth of the burst), and the bucket owes no more than that: a
+// node leased the whole bucket, a second node asking is leased the lag
+// (before: only the refill since, none), and a third nothing beyond the
+// refill, the lag being owed. With a burst of a tenth of the limit the
+// lag is the burst's: sized by the limit alone it was 20 of a bucket of
+// 100.
 func TestLeaseTakesItsLag(t *testing.T) {
 	t.Parallel()
 	r := newSyncer(t, redistest.StartServer(t).DeadlineClient(t))
 	// sync1's Interval is a second: on a window of ten, a fifth of a
-	// second's refill, 20 of the 1,000.
-	lim := fleet.Limit{Limit: 1000, Window: 10 * time.Second}
-	const lag = 20
-	start := time.Now()
-	a := sync1(t, r, "a", "k", lim, 0, 1000)
-	require.Equal(t, lim.Limit, a.Lease, "a takes the bucket")
-	b := sync1(t, r, "b", "k", lim, 0, 1000)
-	c := sync1(t, r, "c", "k", lim, 0, 1000)
-	refill := int64(time.Since(start)/(10*time.Millisecond)) + 1 // 100 a second, and one for the fraction
-	t.Logf("leased a %d, b %d, c %d; the refill up to %d", a.Lease, b.Lease, c.Lease, refill)
-	assert.GreaterOrEqual(t, b.Lease, int64(lag), "b takes the lag")
-	assert.LessOrEqual(t, b.Lease+c.Lease, lag+refill, "b and c: the lag and the refill, no more")
-	assert.Zero(t, c.Remaining, "nothing left")
+	// second's refill is 20 of the 1,000.
+	for _, c := range []struct {
+		lim fleet.Limit
+		lag int64
+	}{
+		{fleet.Limit{Limit: 1000, Window: 10 * time.Second}, 20},
+		{fleet.Limit{Limit: 1000, Window: 10 * time.Second, Burst: 100}, 2},
+	} {
+		key := fmt.Sprint("k", c.lim.Capacity())
+		start := time.Now()
+		a := sync1(t, r, "a", key, c.lim, 0, 1000)
+		require.Equal(t, c.lim.Capacity(), a.Lease, "a takes the bucket")
+		b := sync1(t, r, "b", key, c.lim, 0, 1000)
+		d := sync1(t, r, "c", key, c.lim, 0, 1000)
+		refill := int64(time.Since(start)/(10*time.Millisecond)) + 1 // 100 a second, and one for the fraction
+		t.Logf("burst %d: leased a %d, b %d, c %d; the refill up to %d", c.lim.Capacity(), a.Lease, b.Lease, d.Lease, refill)
+		assert.GreaterOrEqual(t, b.Lease, c.lag, "b takes the lag")
+		assert.LessOrEqual(t, b.Lease+d.Lease, c.lag+refill, "b and c: the lag and the refill, no more")
+		assert.Zero(t, d.Remaining, "nothing left")
+	}
 }

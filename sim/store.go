@@ -142,7 +142,7 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 	slack, lag := 0.0, 0.0 // slackOf and lagOf in the scripts
 	if 8*interval <= lim.Window.Microseconds() {
 		slack = math.Ceil(float64(lim.Limit) * 2 * float64(interval) / window)
-		lag = math.Floor(float64(lim.Limit) * float64(interval) / (5 * window))
+		lag = min(math.Floor(float64(lim.Limit)*float64(interval)/(5*window)), math.Floor(burst/40))
 	}
 	stale := 3 * interval
 	keep := stale + min(lim.Window.Microseconds(), 100*interval)
