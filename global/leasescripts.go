@@ -228,7 +228,7 @@ local function slackOf(limit, window, interval)
   if 8 * interval > window then return 0 end
   return math.ceil(limit * 2 * interval / window)
 end
-` + lagOf
+`
 
 // lagOf is how far a token bucket's lease may take ahead of its bucket:
 // what the limit refills in a fifth of an interval, while the interval is
@@ -286,7 +286,7 @@ end
 // from what its burst leaves beside the other nodes' live leases; it
 // paces nothing. The sliding window's is leaseSlidingWindowFn.
 //
-// They follow storedNum, leaseCommon, leaseNodes, slackOf, tokenRefill, slidingRoll
+// They follow storedNum, leaseCommon, leaseNodes, slackOf, lagOf, tokenRefill, slidingRoll
 // and leaseMarkFn.
 const leaseTokenBucketFn = `
 local function leaseTokenBucket(key, mark, now, node, interval, stale, equal, steps, limit, window, burst, consumed, demand, ttl, rseries, rtotal, _, alive)
