@@ -13,8 +13,21 @@ TEST_TIMEOUT        ?= 12m
 # run without the race detector, which slows real memberlist and not
 # the simulator (they skip themselves under it), as do its minute-long
 # under-limit scenarios, too slow under it.
+#
+# CI shows only the end of a failed run, and a race report names the
+# goroutines' stacks far above the failures it causes: on failure the
+# first report and the shuffle seeds (to replay the order with
+# -shuffle=SEED) are printed again last.
 test: fmt vet staticcheck redis-server
-	$(GO) test -race -shuffle=on -p 1 -timeout $(TEST_TIMEOUT) ./...
+	@log="$$(mktemp)"; trap 'rm -f "$$log" "$$log.rc"' EXIT; \
+	{ $(GO) test -race -shuffle=on -p 1 -timeout $(TEST_TIMEOUT) ./... 2>&1; echo $$? >"$$log.rc"; } | tee "$$log"; \
+	rc="$$(cat "$$log.rc")"; \
+	if [ "$$rc" != 0 ]; then \
+		echo "--- the run failed; its first race report, if any, and the shuffle seeds:"; \
+		awk '/^WARNING: DATA RACE/ { on = 1 } on { print; if (/^==================/) exit }' "$$log" | head -n 120; \
+		awk '/^-test.shuffle / { seed = $$2 } /^FAIL\t/ { print $$2 ": -shuffle=" seed }' "$$log"; \
+		exit "$$rc"; \
+	fi
 	HYBRIDLIMIT_SATURATE=1 $(GO) test -race -count=1 -run 'TestStarvedNodeKeepsItsLeases' ./hybrid
 	$(GO) test -count=1 -run 'TestGossipReality|TestUnderLimitScenarios' ./sim
 
