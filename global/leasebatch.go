@@ -86,7 +86,7 @@ const (
 // nodes long gone, deleted as they are read; what a failed key's lease
 // wrote before its error stays.) Out of memory it runs no key: the whole
 // call answers OOM.
-var leaseBatch = redis.NewScript(storedNum + leaseCommon + leaseNodes + slackOf + lagOf + tokenRefill + slidingRoll + leaseMarkFn + leaseTokenBucketFn + leaseSlidingWindowFn + redisNow + `
+var leaseBatch = redis.NewScript(storedNum + leaseCommon + leaseNodes + slackOf + lagOf + turnOf + tokenRefill + slidingRoll + leaseMarkFn + leaseTokenBucketFn + leaseSlidingWindowFn + redisNow + `
 local node, interval, stale, equal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local alive, score = ARGV[5], ARGV[6] == '1'
 local steps, none = stepsOf(7), {}

@@ -87,13 +87,14 @@ local function leaseSlidingWindow(key, mark, now, node, interval, stale, equal, 
 
   local weight = share(demand, total, count, equal)
   local most = slackOf(limit, window, interval)
-  local lease = grantFrom(avail, demand, weight, limit, count, most)
+  local turn = turnOf(limit, window, interval)
+  local lease = grantFrom(avail, demand, weight, limit, count, most, nil, turn)
   local ahead, aheadFor = 0, 0
   if paced and prevc > 0 then
     local to = math.min(now + 2 * interval, (w + 1) * window)
     local later = limit - estimate(cur, prevc, window, to - w * window)
     if later > avail then
-      ahead = grantFrom(later, demand, weight, limit, count, most) - lease
+      ahead = grantFrom(later, demand, weight, limit, count, most, nil, turn) - lease
       if ahead > 0 then
         -- Released no faster than the window frees it: by the time the
         -- estimate leaves room for the whole grant, and no later.

@@ -147,22 +147,22 @@ func TestLeaseAccounting(t *testing.T) {
 	assert.Equal(t, 1, admit(t, l, "k", 5))
 
 	// The first sync reports the credit spent as consumption, and a
-	// demand of 1.5x the offered rate: 5 offered over a quarter-interval
-	// floor of 25ms = 200/s, *0.1 s *1.5 = 30.
+	// demand of 1.5x the offered rate: 5 offered in 10 ms (a sample spans
+	// at least the early-sync gap, 10 ms) = 500/s, *0.1 s *1.5 = 75.
 	clk.Advance(10 * time.Millisecond)
 	require.NoError(t, l.SyncOnce(ctx))
 	u := s.last()
 	series := u.Series
 	assert.NotZero(t, series, "reports are idempotent")
 	u.Series = 0 // random
-	assert.Equal(t, fleet.Usage{Key: "k", Limit: fleet.Limit{Limit: 1000, Window: time.Second, Burst: 1000}, Consumed: 1, Demand: 30, Hold: 10 * time.Second}, u, "asks to rest up to its IdleTimeout (see holdOf)")
-	assert.Equal(t, 30, admit(t, l, "k", 40), "the lease of 30 is the allowance")
+	assert.Equal(t, fleet.Usage{Key: "k", Limit: fleet.Limit{Limit: 1000, Window: time.Second, Burst: 1000}, Consumed: 1, Demand: 75, Hold: 10 * time.Second}, u, "asks to rest up to its IdleTimeout (see holdOf)")
+	assert.Equal(t, 75, admit(t, l, "k", 80), "the lease of 75 is the allowance")
 
-	// The next report carries the 30 consumed.
+	// The next report carries the 75 consumed.
 	clk.Advance(90 * time.Millisecond)
 	require.NoError(t, l.SyncOnce(ctx))
-	assert.Equal(t, int64(30), s.last().Consumed)
-	assert.Equal(t, int64(30), s.last().Total, "what the series counted since it began")
+	assert.Equal(t, int64(75), s.last().Consumed)
+	assert.Equal(t, int64(75), s.last().Total, "what the series counted since it began")
 	assert.Equal(t, series, s.last().Series)
 }
 

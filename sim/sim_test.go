@@ -250,27 +250,35 @@ func raceEnabled() bool {
 }
 
 // TestLongInterval holds a sync interval twice the window (8 nodes at
-// twice the limit, 30 s) to the targets where the simulator meets
-// them: over Redis, false rejection at most 5% and no window more than
-// 20% over the ideal (the target, 10%, is met in 1 seed of 5). Keys at
+// twice the limit, 30 s) to the targets: no window more than 10%
+// over the ideal, false rejection at most 5%, over Redis; over gossip,
+// steady and a hot key too, skewed within 12% (9.98% at this seed, 8.8-10%
+// on five), and its bursts are left (false rejection 5.6-8.8%). Keys at
 // their limit sync every quarter window there, and the forecast read
 // their rate over at least a quarter interval, so half of it: the fleet
 // spent its first burst late, its second window 49% over the ideal
 // (skewed: 71%), and over gossip a hot key refused 5% of what the ideal
-// admits. Now 11-15% (13-15%) and 0.1%.
+// admits. Then 11-15% (13-15%) and 0.1%: the forecast still read a
+// quarter window's rate from syncs 10 ms apart and followed it over two
+// intervals, and at the limit the node that synced after a quiet spell
+// took the bucket's whole refill while the next ones waited out their
+// turns (turnOf in global's scripts). Now, over Redis, 2.3-3.8% (skewed
+// 4.5-7.8%), seeds 1-5.
 // Reproduce: go run ./cmd/demo sim --sync 2s --nodes 8 --scenario steady
 func TestLongInterval(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("four 30 s simulations")
+		t.Skip("six 30 s simulations")
 	}
 	for _, c := range []struct {
 		backend, scenario string
 		worst, falseRej   float64
 	}{
-		{"redis", "steady", 20, 5},
-		{"redis", "skewed", 20, 5},
+		{"redis", "steady", 10, 5},
+		{"redis", "skewed", 10, 5},
 		{"redis", "bursts", 0, 5},
+		{"gossip", "steady", 10, 5},
+		{"gossip", "skewed", 12, 5},
 		{"gossip", "hotkey", 0, 1},
 	} {
 		t.Run(c.backend+"/"+c.scenario, func(t *testing.T) {

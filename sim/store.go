@@ -139,10 +139,16 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 
 	// The nodes active on the key, and their demand; stale ones are
 	// forgotten, as the script's nodes() does.
-	slack, lag := 0.0, 0.0 // slackOf and lagOf in the scripts
+	slack, lag, turn := 0.0, 0.0, 0.0 // slackOf, lagOf and turnOf in the scripts
 	if 8*interval <= lim.Window.Microseconds() {
 		slack = math.Ceil(float64(lim.Limit) * 2 * float64(interval) / window)
 		lag = min(math.Floor(float64(lim.Limit)*float64(interval)/(5*window)), math.Floor(burst/40))
+	} else {
+		t := float64(interval)
+		if interval >= lim.Window.Microseconds() {
+			t = window / 8
+		}
+		turn = float64(lim.Limit) * t / window
 	}
 	stale := 3 * interval
 	keep := stale + min(lim.Window.Microseconds(), 100*interval)
@@ -272,7 +278,11 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 		if avail+lag < 1 || demand <= 0 {
 			return 0
 		}
-		g := max(math.Ceil(capacity*weight), 1)
+		g := math.Ceil(capacity * weight)
+		if turn > 0 && avail < capacity/4 && g > 2*turn*weight { // at most twice its part of its turn's refill (turnOf)
+			g = math.Ceil(2 * turn * weight)
+		}
+		g = max(g, 1)
 		g = min(g, demand)
 		g = max(g, min(math.Floor(max(0, avail-capacity/4)/float64(count)), slack)) // an equal part of what is free beyond a quarter
 		// A token bucket's lease may take its lag ahead of the refill (lagOf in the scripts).
