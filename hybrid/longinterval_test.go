@@ -89,11 +89,15 @@ func TestLongIntervalSteady(t *testing.T) {
 	worst := r.WorstOver(ideal, time.Second)
 	t.Logf("admitted %d, ideal %d: overshoot %.2f%%, false rejection %.2f%% of the ideal, worst window %+d (%.1f%% of the limit)",
 		len(r.Admitted), len(ideal.Admitted), over, under, worst, 100*float64(worst)/limit)
-	// False rejection, here 2.2-5.1% (4.4-5.1% before), is the
+	// False rejection, here 3.4-4.0% (4.2-4.9% before the turn), is the
 	// simulator's to hold to the 5%; 8% catches what the
 	// halved forecast did there (8-10% at this fleet's size).
 	assert.LessOrEqual(t, under, 8.0, "false rejection, % of the ideal")
-	assert.LessOrEqual(t, worst, limit/5, "the worst window beyond the ideal")
+	// The worst window, 2.9-9.9% of the limit before a key at its limit
+	// was leased for its turn (turnOf in global's scripts), is 1.0-2.2%
+	// now, 0.1-8.1% under -race: held to 15%, the simulator to the
+	// issue's 10% (sim's TestLongInterval).
+	assert.LessOrEqual(t, worst, limit*3/20, "the worst window beyond the ideal")
 }
 
 // TestBurstsRefuseNoMore drives a fleet of 4 over real Redis at the
