@@ -75,7 +75,21 @@ func (t *table) sync(u *fleet.Usage, interval time.Duration, shares fleet.Shares
 	if demand > 0 {
 		rate = uint64(math.Ceil(float64(demand) / max(interval.Seconds(), 1e-3)))
 	}
-	w, nodes, light := t.weight(k, rate, shares, interval, now)
+	// The node weighs itself at the higher of its forecast now and the
+	// one it last sent, if within two intervals: its peers' forecasts
+	// in its view are as old as their last syncs, and those it sent are
+	// what they weigh it by. Weighed at a forecast fallen since, a fleet
+	// idle between bursts saw each node light beside its peers' older,
+	// higher forecasts, the weights summing to about half, and the next
+	// burst found each node's meter at its weight's part of the burst
+	// (simulator, bursts at a 2 s interval on a 1 s window, 8 nodes, five
+	// seeds: false rejection 5.6-7.5% -> 3.7-5.7%; 16 nodes 4.6-6.4% ->
+	// 1.5-2.2%; at 100 ms unchanged within 0.01 points).
+	wrate := rate
+	if !first && now.mono-l.sentAt <= int64(2*interval) {
+		wrate = max(rate, own.demand)
+	}
+	w, nodes, light := t.weight(k, wrate, shares, interval, now)
 	size := max(nodes, len(t.peers)+1) // every peer known, for a key not all have synced yet
 
 	var lease, remaining, paced int64
@@ -184,7 +198,7 @@ func (t *table) sync(u *fleet.Usage, interval time.Duration, shares fleet.Shares
 	}
 	own.reserved = uint64(lease + paced)
 	own.ttlMs = uint64(min(ttl.Milliseconds(), maxTTLms))
-	own.demand = min(rate, maxCount)
+	own.demand, l.sentAt = min(rate, maxCount), now.mono
 	own.weight = uint16(math.Round(min(max(w, 0), 1) * weightScale))
 	return fleet.Grant{
 		Lease:      lease,

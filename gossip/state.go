@@ -82,6 +82,7 @@ type use struct {
 	lease      uint64 // the last lease granted
 	leaseEpoch uint64 // the window it was granted in
 	usedAt     int64  // the last sync (mono)
+	sentAt     int64  // when own.demand was last set (mono)
 }
 
 // table is not safe for concurrent use; Gossip guards it with a mutex.

@@ -390,3 +390,27 @@ func TestEntriesSortedByPeer(t *testing.T) {
 		}
 	}
 }
+
+// TestWeighsItsForecastAsSent: a node weighs itself at the higher of its
+// forecast now and the one it last sent, within two intervals, as its
+// peers weigh it by the forecast it sent. Weighed at a forecast fallen
+// since, beside a peer's as old as the peer's last sync, an idle node
+// saw itself light, and the fleet's weights summed to about half.
+func TestWeighsItsForecastAsSent(t *testing.T) {
+	t.Parallel()
+	const interval = 2 * time.Second
+	tb := fleet.Limit{Limit: 1000, Window: time.Second}
+	tab := testTable()
+	tab.join("p", "")
+	tab.merge(updateFrom("p", 1, entry{hash: xxh3.HashString("k"), windowMs: 1000, stamp: t0.ms(), epoch: t0.ms() / 1000, demand: 100}), t0)
+	use := func(demand int64, at instant) fleet.Grant {
+		g := tab.sync(&fleet.Usage{Key: "k", Limit: tb, Demand: demand}, interval, fleet.DemandWeighted, at, false)
+		require.NoError(t, g.Err)
+		return g
+	}
+	assert.InDelta(t, 0.5, use(200, t0).Weight, 0.001, "100/s beside the peer's 100/s")
+	assert.InDelta(t, 0.5, use(20, t0.add(time.Second)).Weight, 0.001, "the 100/s it sent, not the 10/s it forecasts now")
+	at := t0.add(5 * time.Second) // the peer heard again; this node's last sync more than two intervals ago
+	tab.merge(updateFrom("p", 1, entry{hash: xxh3.HashString("k"), windowMs: 1000, stamp: at.ms(), epoch: at.ms() / 1000, demand: 100}), at)
+	assert.InDelta(t, 10.0/110, use(20, at.add(500*time.Millisecond)).Weight, 0.001, "what it sent is older than two intervals: its forecast now")
+}

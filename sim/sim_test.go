@@ -253,7 +253,9 @@ func raceEnabled() bool {
 // twice the limit, 30 s) to the targets: no window more than 10%
 // over the ideal, false rejection at most 5%, over Redis; over gossip,
 // steady and a hot key too, skewed within 12% (9.98% at this seed, 8.8-10%
-// on five), and its bursts are left (false rejection 5.6-8.8%). Keys at
+// on five), and bursts within 6% refused (5.1% over these 30 s; over the
+// simulator's default minute 4.8%, five seeds 3.7-5.7%, and 5.6-7.5%
+// before a node weighed itself at the forecast it sent). Keys at
 // their limit sync every quarter window there, and the forecast read
 // their rate over at least a quarter interval, so half of it: the fleet
 // spent its first burst late, its second window 49% over the ideal
@@ -268,7 +270,7 @@ func raceEnabled() bool {
 func TestLongInterval(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("six 30 s simulations")
+		t.Skip("seven 30 s simulations")
 	}
 	for _, c := range []struct {
 		backend, scenario string
@@ -279,6 +281,7 @@ func TestLongInterval(t *testing.T) {
 		{"redis", "bursts", 0, 5},
 		{"gossip", "steady", 10, 5},
 		{"gossip", "skewed", 12, 5},
+		{"gossip", "bursts", 0, 6},
 		{"gossip", "hotkey", 0, 1},
 	} {
 		t.Run(c.backend+"/"+c.scenario, func(t *testing.T) {
