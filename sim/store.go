@@ -279,11 +279,10 @@ func (st *lease) sync(node string, u *fleet.Usage, interval, hold, now int64, eq
 			return 0
 		}
 		g := math.Ceil(capacity * weight)
-		if turn > 0 && avail < capacity/4 && g > 2*turn*weight { // at most twice its part of its turn's refill (turnOf)
-			g = math.Ceil(2 * turn * weight)
+		if turn > 0 && avail < capacity/4 { // at most twice its part of its turn's refill (turnOf)
+			g = min(g, math.Ceil(2*turn*weight))
 		}
-		g = max(g, 1)
-		g = min(g, demand)
+		g = min(max(g, 1), demand)
 		g = max(g, min(math.Floor(max(0, avail-capacity/4)/float64(count)), slack)) // an equal part of what is free beyond a quarter
 		// A token bucket's lease may take its lag ahead of the refill (lagOf in the scripts).
 		if g > avail+lag {
