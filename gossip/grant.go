@@ -141,9 +141,7 @@ func (t *table) sync(u *fleet.Usage, interval time.Duration, shares fleet.Shares
 		// back once, about one interval's refill (docs/gossip.md). A
 		// sliding window needs no such cut: its meter is its weight's
 		// part of the window's count, so the fleet's sum is the limit.
-		// Both may owe the weight's part of the lag (see lagOf).
-		lag := w * lagOf(lim, interval, B)
-		lease = clampLease(demand, l.meter+lag, w*free+lag)
+		lease = clampLease(demand, l.meter, w*free)
 		if light && !minority && free >= B/2 {
 			lease = max(lease, min(slack(demand, free, size, lim, interval), int64(max(l.meter, 0))))
 		}
@@ -299,24 +297,6 @@ func slack(demand int64, free float64, nodes int, lim fleet.Limit, interval time
 	}
 	most := math.Ceil(float64(lim.Limit) * 2 * float64(interval) / float64(lim.Window))
 	return int64(math.Floor(min(free/float64(2*nodes), most)))
-}
-
-// lagOf is how far a token bucket's leases may take ahead of the bucket,
-// as the Redis scripts' lagOf: what the limit refills in a fifth of an
-// interval, at most a fortieth of the burst, while the interval is at
-// most an eighth of the window. At the limit the refill since the last
-// sync, and what the weights hold back of what is free, wait in the
-// bucket; when a burst ends they are left there, and the idle time that
-// fills the bucket wipes them out. Each node's lease (and meter) may owe
-// its weight's part, so the fleet owes the lag at most, repaid by the
-// refill before it lends more (simulator, bursts, 8 nodes, 100 ms, five
-// seeds: false rejection 1.26-1.66% -> 0.41-0.79%, worst window 0-0.28%
-// -> 1.65-2.28% of the limit; docs/gossip.md).
-func lagOf(lim fleet.Limit, interval time.Duration, burst float64) float64 {
-	if 8*interval > lim.Window {
-		return 0
-	}
-	return min(math.Floor(float64(lim.Limit)*float64(interval)/(5*float64(lim.Window))), math.Floor(burst/40))
 }
 
 // used is the fleet's sliding-window count for k over the window ending
