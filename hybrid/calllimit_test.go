@@ -89,8 +89,12 @@ func TestAllowNLimitOnAFleet(t *testing.T) {
 			t.Parallel()
 			p := hybrid.Policy{Name: "api", Prefix: mode.String() + ":", Mode: mode, Limit: 1000, Window: time.Hour}
 			node := func(name string) *hybrid.Limiter {
+				// Timeouts past what a loaded CI takes: a Strict decision
+				// past its default 50 ms failed static, each node at the
+				// call's whole limit (40 admitted of 20), and a sync past
+				// its 100 ms lost its grant (12).
 				l, err := hybrid.New(hybrid.Config{Node: name, Syncer: redisSyncer(t, s), Policies: []hybrid.Policy{p},
-					ManualSync: true, Clock: clock.NewManual(epoch)})
+					ManualSync: true, Clock: clock.NewManual(epoch), SyncTimeout: 2 * time.Second, StrictTimeout: 2 * time.Second})
 				require.NoError(t, err)
 				t.Cleanup(func() { l.Close() })
 				return l
