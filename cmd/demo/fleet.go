@@ -84,8 +84,12 @@ type fleetSummary struct {
 	HotRate   float64            `json:"hot_admitted_per_s"`
 	HotWorst  int64              `json:"hot_worst_second"`
 	Overshoot float64            `json:"hot_worst_overshoot_pct"`
-	Events    []string           `json:"events"`
-	Dropped   int64              `json:"gossip_messages_dropped"` // by the cut
+	// HotCutRate is the hot tenant's admissions a second from a second
+	// after the cut to the heal (split scenario; 0 otherwise): what each
+	// side's shares hold while neither hears the other.
+	HotCutRate float64  `json:"hot_admitted_per_s_during_cut"`
+	Events     []string `json:"events"`
+	Dropped    int64    `json:"gossip_messages_dropped"` // by the cut
 }
 
 type fleetNodeSummary struct {
@@ -175,6 +179,7 @@ func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error)
 	defer tick.Stop()
 	cutAt, healAt := d.duration/3, 2*d.duration/3
 	cut, healed := false, false
+	cutHot, cutFrom := int64(0), time.Duration(0) // the hot tenant's admissions a second into the cut, and when
 	limit, changedAt, worst := d.limit, time.Duration(-1), 0.0
 	last := make([][3]int64, len(nodes))
 	lastHot, lastRow := int64(0), time.Duration(0)
@@ -215,6 +220,14 @@ func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error)
 			hot += hotNow[i]
 		}
 		second := hot - lastHot
+		if d.scenario == "split" && cut {
+			switch {
+			case !healed && cutFrom == 0 && elapsed >= cutAt+time.Second:
+				cutHot, cutFrom = hot, elapsed
+			case healed && cutFrom > 0 && sum.HotCutRate == 0 && elapsed > cutFrom:
+				sum.HotCutRate = math.Round(float64(hot-cutHot)/(elapsed-cutFrom).Seconds()*10) / 10
+			}
+		}
 		for i, n := range nodes {
 			off, adm := n.offered.Load(), n.admitted.Load()
 			h := n.l.Health()

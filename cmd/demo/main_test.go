@@ -100,6 +100,29 @@ func TestFleetDemo(t *testing.T) {
 	assert.Equal(t, 2, fleetMain(context.Background(), []string{"--bogus"}, &out, &errOut))
 }
 
+// TestFleetDemoSplitHolds: while node 5 of 5 is cut off, each side goes
+// on with the shares it held, and the hot tenant stays near its limit
+// (100/s: 103-104 a second from a second into the cut to the heal).
+// A lease let owe its weight's part of the lag ahead of each node's
+// meter took it to 135-138 (7-43% over in every second of the demo's
+// default cut), which the simulator's split did not show (docs/gossip.md,
+// "Limits and what is left").
+func TestFleetDemoSplitHolds(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("a 15 s fleet on real memberlist")
+	}
+	var out, errOut bytes.Buffer
+	code := fleetMain(context.Background(), []string{"--duration", "15s", "--json"}, &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
+	var sum fleetSummary
+	require.NoError(t, json.Unmarshal(out.Bytes(), &sum), out.String())
+	t.Logf("hot tenant: %.1f a second during the cut, %.1f over the run, busiest second %d (limit %d); %v",
+		sum.HotCutRate, sum.HotRate, sum.HotWorst, sum.Limit, sum.Events)
+	require.Positive(t, sum.HotCutRate, "measured over the cut")
+	assert.LessOrEqual(t, sum.HotCutRate, 1.2*float64(sum.Limit), "admitted a second while split")
+}
+
 // TestFleetDemoChanges: the changes scenario halves every limit at a
 // third of the run (a load factor) and, at two thirds, restores it and
 // upgrades the hot tenant to twice its limit; the table shows each limit
