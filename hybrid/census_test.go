@@ -36,7 +36,11 @@ func TestStrictFleetSizeCounted(t *testing.T) {
 		}
 		l, err := hybrid.New(hybrid.Config{
 			Node: fmt.Sprint("n", i), Syncer: redisVia(t, srv, proxy.Addr(), 100*time.Millisecond), ManualSync: true,
-			Interval: 10 * time.Millisecond, HotKeyRate: -1,
+			// A census gets twice SyncTimeout, which defaults to the
+			// 10 ms interval: on a loaded CI under -race a census past
+			// 20 ms failed, silently as a census does, and the nodes
+			// counted 1 or 3 (a node admitted 300 and 100 of 300).
+			Interval: 10 * time.Millisecond, SyncTimeout: 100 * time.Millisecond, HotKeyRate: -1,
 			Policies: []hybrid.Policy{{Name: "s", Mode: mode, Limit: limit, Window: time.Minute}},
 		})
 		require.NoError(t, err)
