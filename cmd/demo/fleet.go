@@ -191,6 +191,7 @@ func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error)
 		case <-tick.C:
 		}
 		elapsed := time.Since(start)
+		healing := false // the network healed at this tick
 		if d.scenario == "split" && d.nodes > 1 {
 			if !cut && elapsed >= cutAt {
 				cut = true
@@ -198,7 +199,7 @@ func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error)
 				sum.Events = append(sum.Events, fmt.Sprintf("%v: %s cut off", elapsed.Round(time.Second), nodes[len(nodes)-1].name))
 			}
 			if cut && !healed && elapsed >= healAt {
-				healed = true
+				healed, healing = true, true
 				network.Heal()
 				sum.Events = append(sum.Events, fmt.Sprintf("%v: network healed", elapsed.Round(time.Second)))
 			}
@@ -220,13 +221,11 @@ func (d *fleetDemo) run(ctx context.Context, w io.Writer) (*fleetSummary, error)
 			hot += hotNow[i]
 		}
 		second := hot - lastHot
-		if d.scenario == "split" && cut {
-			switch {
-			case !healed && cutFrom == 0 && elapsed >= cutAt+time.Second:
-				cutHot, cutFrom = hot, elapsed
-			case healed && cutFrom > 0 && sum.HotCutRate == 0 && elapsed > cutFrom:
-				sum.HotCutRate = math.Round(float64(hot-cutHot)/(elapsed-cutFrom).Seconds()*10) / 10
-			}
+		switch {
+		case cut && !healed && cutFrom == 0 && elapsed >= cutAt+time.Second:
+			cutHot, cutFrom = hot, elapsed
+		case healing && cutFrom > 0:
+			sum.HotCutRate = math.Round(float64(hot-cutHot)/(elapsed-cutFrom).Seconds()*10) / 10
 		}
 		for i, n := range nodes {
 			off, adm := n.offered.Load(), n.admitted.Load()

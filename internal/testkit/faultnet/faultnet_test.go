@@ -1,9 +1,13 @@
 package faultnet
 
 import (
+	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestCut(t *testing.T) {
@@ -27,4 +31,30 @@ func TestCut(t *testing.T) {
 	}
 	n.Heal()
 	assert.False(t, n.Cut("a:1", "c:1"), "healed")
+}
+
+// TestCutStopsOpenStreams: a stream dialed before a cut fails once the
+// cut comes between its ends, both ways, and a read blocked when it came
+// does not deliver what the peer then sent across it.
+func TestCutStopsOpenStreams(t *testing.T) {
+	t.Parallel()
+	n := New()
+	near, far := net.Pipe()
+	defer far.Close()
+	c := &conn{Conn: near, sent: new(atomic.Int64), nw: n, self: "a:1", peer: "b:1"}
+	defer c.Close()
+	go func() { _, _ = far.Write([]byte("x")) }()
+	b := make([]byte, 1)
+	_, err := c.Read(b)
+	require.NoError(t, err, "no cut")
+
+	got := make(chan error, 1)
+	go func() { _, err := c.Read(b); got <- err }()
+	time.Sleep(10 * time.Millisecond) // the read blocks
+	n.Partition([]string{"a:1"})
+	_, _ = far.Write([]byte("y")) // sent across the cut
+	assert.ErrorIs(t, <-got, ErrCut, "a read blocked when the cut came")
+	_, err = c.Write([]byte("z"))
+	assert.ErrorIs(t, err, ErrCut, "a write across the cut")
+	assert.Zero(t, c.sent.Load(), "nothing counted as sent")
 }
